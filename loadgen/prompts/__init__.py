@@ -1,0 +1,17 @@
+"""Prompt sources and seeded mixes: what the load asks the model (see prompts/README in the docs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One prompt. Exactly one of `text` (completion routes) or `messages` (chat routes) is set;
+    adapters convert between them when a route needs the other form."""
+
+    prompt_id: str
+    kind: str          # code | prose | ... : flows into requests.prompt_kind
+    template: str      # which task template or dataset produced it: requests.template
+    text: str | None = None
+    messages: tuple[dict, ...] | None = None

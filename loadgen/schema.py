@@ -1,0 +1,158 @@
+"""The data contract: one Arrow schema per results table.
+
+Every writer (workers, the driver, probes) builds batches against these schemas and every query in
+`queries/` reads these columns. Change a column here only together with SCHEMA_VERSION, the queries and
+the README's table reference. Times are integers in nanoseconds on the per-process wall-aligned clock
+(`loadgen.clock`), so rows from different processes and nodes line up.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+# Request outcome classes. Exactly one per `requests` row.
+STATUSES = (
+    "ok",               # finished with a finish_reason (stop/length), tokens accounted
+    "http_error",       # non-200 answer before the stream started
+    "timeout",          # stall timeout (no frame for too long) or total timeout
+    "stream_broken",    # connection closed / reset before the stream finished
+    "server_abort",     # finish_reason.type == "abort" or an in-band error frame
+    "malformed_frame",  # a frame that is not valid for the protocol (stream otherwise read to its end)
+    "client_error",     # a failure inside loadgen (connect refused, bug): never blamed on the server
+    "cancelled",        # still running when its step ended (drain requests cut by design)
+    "lost",             # the worker that held it died; its frames may be partly recorded
+)
+
+PHASES = ("warmup", "measure", "drain")
+
+RUNS = pa.schema([
+    ("run_id", pa.string()),
+    ("name", pa.string()),
+    ("started_at_ns", pa.int64()),
+    ("finished_at_ns", pa.int64()),
+    ("status", pa.string()),            # running | complete | incomplete | failed
+    ("status_reason", pa.string()),
+    ("config", pa.string()),            # the validated experiment, JSON text (no secrets)
+    ("loadgen_version", pa.string()),
+    ("schema_version", pa.int32()),
+    ("git_commit", pa.string()),
+    ("host", pa.string()),              # JSON text: hostname, python, ray, cpu count
+    ("clock_anchor", pa.string()),      # JSON text: the driver's monotonic/wall anchor
+])
+
+STEPS = pa.schema([
+    ("run_id", pa.string()),
+    ("step_id", pa.int32()),
+    ("target", pa.string()),
+    ("target_index", pa.int32()),       # position in the experiment file: the baseline is index 0
+    ("node", pa.string()),
+    ("flavor", pa.string()),
+    ("emulated", pa.bool_()),           # True when the server is loadgen's emulator: a model, not a GPU
+    ("algorithm", pa.string()),         # NONE | NEXTN | EAGLE | EAGLE3 | DFLASH | ...
+    ("draft_tokens", pa.int32()),
+    ("num_steps", pa.int32()),
+    ("topk", pa.int32()),
+    ("server_version", pa.string()),
+    ("server_info", pa.string()),       # JSON text of /get_server_info taken before the step
+    ("mode", pa.string()),              # closed | open
+    ("concurrency", pa.int32()),
+    ("rate", pa.float64()),
+    ("repeat", pa.int32()),
+    ("prompt_mix", pa.string()),
+    ("t_start_ns", pa.int64()),
+    ("t_measure_start_ns", pa.int64()),
+    ("t_measure_end_ns", pa.int64()),
+    ("t_end_ns", pa.int64()),
+    ("status", pa.string()),            # complete | incomplete | failed
+    ("status_reason", pa.string()),
+])
+
+REQUESTS = pa.schema([
+    ("run_id", pa.string()),
+    ("step_id", pa.int32()),
+    ("request_id", pa.string()),        # loadgen's id, also sent as `rid`
+    ("server_request_id", pa.string()), # meta_info.id / OpenAI id
+    ("target", pa.string()),
+    ("node", pa.string()),
+    ("worker", pa.string()),
+    ("phase", pa.string()),             # warmup | measure | drain (by send time)
+    ("prompt_id", pa.string()),
+    ("prompt_kind", pa.string()),
+    ("template", pa.string()),
+    ("prompt_tokens", pa.int64()),
+    ("completion_tokens", pa.int64()),
+    ("cached_tokens", pa.int64()),
+    ("spec_verify_ct", pa.int64()),
+    ("spec_accept_length", pa.float64()),  # the server's own figure, when it reports one
+    ("finish_reason", pa.string()),
+    ("t_scheduled_ns", pa.int64()),
+    ("t_sent_ns", pa.int64()),
+    ("t_headers_ns", pa.int64()),
+    ("t_first_token_ns", pa.int64()),
+    ("t_last_token_ns", pa.int64()),
+    ("t_done_ns", pa.int64()),
+    ("server_e2e_s", pa.float64()),
+    ("num_frames", pa.int32()),
+    ("status", pa.string()),
+    ("http_status", pa.int32()),
+    ("error", pa.string()),
+])
+
+FRAMES = pa.schema([
+    ("run_id", pa.string()),
+    ("step_id", pa.int32()),
+    ("request_id", pa.string()),
+    ("seq", pa.int32()),
+    ("t_ns", pa.int64()),
+    ("tokens", pa.int32()),             # delta of completion_tokens; null when the server does not say
+    ("cum_tokens", pa.int32()),
+    ("bytes", pa.int32()),
+])
+
+SERVER_SAMPLES = pa.schema([
+    ("run_id", pa.string()),
+    ("step_id", pa.int32()),
+    ("target", pa.string()),
+    ("node", pa.string()),
+    ("t_ns", pa.int64()),
+    ("name", pa.string()),
+    ("value", pa.float64()),
+    ("labels", pa.string()),            # JSON text
+])
+
+CLIENT_SAMPLES = pa.schema([
+    ("run_id", pa.string()),
+    ("step_id", pa.int32()),
+    ("worker", pa.string()),
+    ("node", pa.string()),
+    ("t_ns", pa.int64()),
+    ("loop_lag_ms", pa.float64()),
+    ("cpu_percent", pa.float64()),
+    ("in_flight", pa.int32()),
+    ("target_in_flight", pa.int32()),
+])
+
+TABLES: dict[str, pa.Schema] = {
+    "runs": RUNS,
+    "steps": STEPS,
+    "requests": REQUESTS,
+    "frames": FRAMES,
+    "server_samples": SERVER_SAMPLES,
+    "client_samples": CLIENT_SAMPLES,
+}
+
+
+def batch_from_columns(table: str, columns: dict[str, list]) -> pa.RecordBatch:
+    """Build a record batch of `table` from python column lists (missing columns become nulls)."""
+    schema = TABLES[table]
+    n = len(next(iter(columns.values()))) if columns else 0
+    arrays = [pa.array(columns.get(f.name, [None] * n), type=f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def batch_from_rows(table: str, rows: list[dict]) -> pa.RecordBatch:
+    """Build a record batch of `table` from row dicts; for the few-rows tables (runs, steps)."""
+    schema = TABLES[table]
+    return pa.RecordBatch.from_pylist(rows, schema=schema)
