@@ -1,0 +1,224 @@
+-- views.sql: the views every query in queries/ reads. Run it first.
+--
+-- Inputs (DuckDB variables, set before `.read queries/views.sql`):
+--   results  (VARCHAR, required)   the results folder: <results>/<table>/run_id=<id>/part-*.parquet
+--   run_ids  (VARCHAR[], optional) keep only these runs; unset or NULL = every run in the folder
+--   baseline (VARCHAR, optional)   the comparison baseline, by target name or algorithm; unset = the
+--                                   series of the lowest target_index (the experiment file's first target)
+--
+--   duckdb -c "SET VARIABLE results='results'" -c ".read queries/views.sql" -c ".read queries/compare_algorithms.sql"
+--
+-- Every file holds run_id as a column, so hive partitioning is off (the path would only repeat it) and a
+-- run filter prunes whole files through Parquet statistics. Every table has at least one schema-only file
+-- per run, so no glob below is ever empty.
+--
+-- Shared conventions of the derived views:
+--   * A step is one (run_id, step_id, target) row of `steps`; its measurement window is
+--     [t_measure_start_ns, t_measure_end_ns) and window_s is its length in seconds.
+--   * Request-level metrics use only requests with phase 'measure' (sent inside the window); latency and
+--     acceptance additionally only status 'ok'. Throughput counts frames by arrival time instead.
+--   * A series is what a comparison compares: one (target, algorithm, draft_tokens) within a run.
+--   * `emulated` travels with every row that carries numbers: the emulator's numbers are a model.
+
+CREATE OR REPLACE VIEW runs AS
+SELECT * FROM read_parquet(getvariable('results') || '/runs/run_id=*/*.parquet')
+WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+
+CREATE OR REPLACE VIEW steps AS
+SELECT * FROM read_parquet(getvariable('results') || '/steps/run_id=*/*.parquet')
+WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+
+CREATE OR REPLACE VIEW requests AS
+SELECT * FROM read_parquet(getvariable('results') || '/requests/run_id=*/*.parquet')
+WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+
+CREATE OR REPLACE VIEW frames AS
+SELECT * FROM read_parquet(getvariable('results') || '/frames/run_id=*/*.parquet')
+WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+
+CREATE OR REPLACE VIEW server_samples AS
+SELECT * FROM read_parquet(getvariable('results') || '/server_samples/run_id=*/*.parquet')
+WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+
+CREATE OR REPLACE VIEW client_samples AS
+SELECT * FROM read_parquet(getvariable('results') || '/client_samples/run_id=*/*.parquet')
+WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+
+-- One row per step with the columns every result row is labelled with.
+CREATE OR REPLACE VIEW step_info AS
+SELECT run_id, step_id, target, target_index, node, emulated, algorithm, draft_tokens, mode, concurrency,
+       rate, "repeat", status AS step_status, t_measure_start_ns, t_measure_end_ns,
+       (t_measure_end_ns - t_measure_start_ns) / 1e9 AS window_s
+FROM steps;
+
+-- Series of a run, ranked by first appearance (lowest target_index, then first step): rank 1 is the default
+-- baseline, and the rank matches series across runs of the same experiment file (compare_runs).
+CREATE OR REPLACE VIEW series AS
+SELECT run_id, target, algorithm, draft_tokens,
+       row_number() OVER (PARTITION BY run_id ORDER BY min(target_index), min(step_id), target) AS series_rank,
+       bool_or(emulated) AS emulated
+FROM step_info
+GROUP BY run_id, target, algorithm, draft_tokens;
+
+CREATE OR REPLACE VIEW baseline_series AS
+SELECT run_id, target, algorithm, draft_tokens FROM series
+WHERE CASE WHEN getvariable('baseline') IS NULL THEN series_rank = 1
+           ELSE getvariable('baseline') IN (target, algorithm) END;
+
+-- Measured requests (phase 'measure') with their per-request metrics. NULL where undefined: TPOT needs at
+-- least 2 tokens and a known completion_tokens, acceptance needs spec_verify_ct > 0.
+CREATE OR REPLACE VIEW measured AS
+SELECT s.run_id, s.step_id, s.target, r.request_id, r.prompt_kind, r.status, r.completion_tokens,
+       r.spec_verify_ct, r.spec_accept_length,
+       (r.t_first_token_ns - r.t_sent_ns) / 1e6 AS ttft_ms,
+       (r.t_done_ns - r.t_sent_ns) / 1e6 AS e2e_ms,
+       CASE WHEN r.completion_tokens > 1
+            THEN (r.t_last_token_ns - r.t_first_token_ns) / 1e6 / (r.completion_tokens - 1) END AS tpot_ms,
+       CASE WHEN r.spec_verify_ct > 0 THEN r.completion_tokens / r.spec_verify_ct END AS accept_len
+FROM requests r
+JOIN step_info s USING (run_id, step_id, target)
+WHERE r.phase = 'measure';
+
+-- Frames of measured ok requests with the gap to the request's previous output frame (NULL for the first).
+CREATE OR REPLACE VIEW measured_frames AS
+SELECT m.run_id, m.step_id, m.target, m.request_id, m.prompt_kind, f.seq, f.tokens, f.cum_tokens,
+       f.t_ns - lag(f.t_ns) OVER (PARTITION BY f.run_id, f.request_id ORDER BY f.seq) AS gap_ns
+FROM frames f
+JOIN measured m USING (run_id, request_id)
+WHERE m.status = 'ok';
+
+-- Per-step acceptance, for all prompt kinds ('(all)') and per kind. Over measured ok requests:
+--   accept_len       sum(completion_tokens) / sum(spec_verify_ct), requests with spec_verify_ct > 0 and
+--                    completion_tokens known (SGLang's definition, bonus token included)
+--   accept_len_mean  mean of per-request completion_tokens / spec_verify_ct
+--   tokens_per_frame sum(frame tokens) / frames with known tokens (client-side proxy; exact only when the
+--                    server streams every verify step)
+--   server_final     mean of the final frame's spec_accept_length (the server's per-request figure)
+CREATE OR REPLACE VIEW step_acceptance AS
+WITH per_request AS (
+    SELECT run_id, request_id, sum(tokens) AS frame_tokens, count(tokens) AS frames_with_tokens
+    FROM measured_frames GROUP BY run_id, request_id
+), ok AS (
+    SELECT m.*, p.frame_tokens, p.frames_with_tokens,
+           m.spec_verify_ct > 0 AND m.completion_tokens IS NOT NULL AS has_spec
+    FROM measured m LEFT JOIN per_request p USING (run_id, request_id)
+    WHERE m.status = 'ok'
+)
+SELECT run_id, step_id, target,
+       if(grouping(prompt_kind) = 1, '(all)', coalesce(prompt_kind, '(unknown)')) AS prompt_kind,
+       count(*) AS ok_requests,
+       count(*) FILTER (has_spec) AS spec_requests,
+       sum(completion_tokens) FILTER (has_spec) / sum(spec_verify_ct) FILTER (has_spec) AS accept_len,
+       avg(accept_len) FILTER (has_spec) AS accept_len_mean,
+       sum(frame_tokens) / nullif(sum(frames_with_tokens), 0) AS tokens_per_frame,
+       avg(spec_accept_length) AS server_final
+FROM ok
+GROUP BY GROUPING SETS ((run_id, step_id, target), (run_id, step_id, target, prompt_kind));
+
+-- The server's /get_server_info avg_spec_accept_length sampled right after the step (the cache, and with it
+-- the counter, was flushed right before the step, so this is the step's mean including warm-up and drain).
+CREATE OR REPLACE VIEW server_info_acceptance AS
+SELECT run_id, step_id, target, arg_max(value, t_ns) AS server_info_after
+FROM server_samples
+WHERE name = 'avg_spec_accept_length' AND json_extract_string(labels, '$.when') = 'after'
+GROUP BY run_id, step_id, target;
+
+-- Output tokens of frames that arrived inside the step's window, of any request in any phase and status,
+-- and of ok requests only. NULL tokens (server never said) are not counted; frames_unknown says how many.
+CREATE OR REPLACE VIEW window_tokens AS
+SELECT s.run_id, s.step_id, s.target,
+       count(*) AS frames,
+       count(*) - count(f.tokens) AS frames_unknown,
+       sum(f.tokens) AS tokens,
+       coalesce(sum(f.tokens) FILTER (r.status = 'ok'), 0) AS tokens_ok
+FROM frames f
+JOIN requests r USING (run_id, request_id)
+JOIN step_info s ON s.run_id = r.run_id AND s.step_id = r.step_id AND s.target = r.target
+WHERE f.t_ns >= s.t_measure_start_ns AND f.t_ns < s.t_measure_end_ns
+GROUP BY s.run_id, s.step_id, s.target;
+
+-- Per-step throughput:
+--   tok_s        window tokens (any request, any status) / window_s; NULL when every frame's tokens is unknown
+--   tok_s_ok     window tokens of ok requests / window_s
+--   req_s        measured requests that finished ok / window_s
+CREATE OR REPLACE VIEW step_throughput AS
+SELECT s.run_id, s.step_id, s.target, s.window_s,
+       coalesce(w.frames, 0) AS window_frames,
+       coalesce(w.frames_unknown, 0) AS frames_unknown_tokens,
+       if(coalesce(w.frames, 0) = 0, 0, w.tokens) / s.window_s AS tok_s,
+       coalesce(w.tokens_ok, 0) / s.window_s AS tok_s_ok,
+       coalesce(c.n, 0) / s.window_s AS req_s
+FROM step_info s
+LEFT JOIN window_tokens w USING (run_id, step_id, target)
+LEFT JOIN (SELECT run_id, step_id, target, count(*) AS n FROM measured WHERE status = 'ok'
+           GROUP BY run_id, step_id, target) c USING (run_id, step_id, target);
+
+-- One (step, metric, value) row per latency sample, in ms (decode_tok_s in tokens/s):
+--   ttft_ms       t_first_token_ns - t_sent_ns                  measured ok requests
+--   tpot_ms       (t_last - t_first) / (completion_tokens - 1)  measured ok requests, >= 2 tokens
+--   decode_tok_s  1000 / tpot_ms                                 same requests
+--   e2e_ms        t_done_ns - t_sent_ns                          measured ok requests
+--   itl_frame_ms  gap between consecutive output frames          frames of measured ok requests
+--   itl_token_ms  that gap / tokens of the later frame           same frames, tokens known and > 0
+CREATE OR REPLACE VIEW latency_samples AS
+SELECT run_id, step_id, target, metric, value
+FROM (SELECT run_id, step_id, target, ttft_ms, tpot_ms, 1000 / nullif(tpot_ms, 0) AS decode_tok_s, e2e_ms
+      FROM measured WHERE status = 'ok')
+UNPIVOT (value FOR metric IN (ttft_ms, tpot_ms, decode_tok_s, e2e_ms))
+UNION ALL
+SELECT run_id, step_id, target, 'itl_frame_ms', gap_ns / 1e6 FROM measured_frames WHERE gap_ns IS NOT NULL
+UNION ALL
+SELECT run_id, step_id, target, 'itl_token_ms', gap_ns / 1e6 / tokens FROM measured_frames
+WHERE gap_ns IS NOT NULL AND tokens > 0;
+
+-- Percentiles per step and metric: quantile_cont (linear interpolation between samples).
+CREATE OR REPLACE VIEW step_latency AS
+SELECT run_id, step_id, target, metric, count(*) AS n, avg(value) AS mean,
+       quantile_cont(value, [0.5, 0.9, 0.99]) AS q, max(value) AS max
+FROM latency_samples
+GROUP BY run_id, step_id, target, metric;
+
+-- The two headline numbers of a step: acceptance length (all kinds) and aggregate tok/s.
+CREATE OR REPLACE VIEW step_results AS
+SELECT s.*, a.accept_len, t.tok_s, t.tok_s_ok
+FROM step_info s
+LEFT JOIN step_acceptance a ON a.run_id = s.run_id AND a.step_id = s.step_id AND a.target = s.target
+                           AND a.prompt_kind = '(all)'
+LEFT JOIN step_throughput t ON t.run_id = s.run_id AND t.step_id = s.step_id AND t.target = s.target;
+
+-- One row per series and load level (concurrency, or rate in open loop), over its repeats.
+CREATE OR REPLACE VIEW level_results AS
+SELECT run_id, target, algorithm, draft_tokens, concurrency, rate,
+       count(*) AS repeats,
+       min(tok_s) AS tok_s_min, median(tok_s) AS tok_s, max(tok_s) AS tok_s_max,
+       min(accept_len) AS accept_len_min, median(accept_len) AS accept_len, max(accept_len) AS accept_len_max,
+       bool_or(emulated) AS emulated
+FROM step_results
+GROUP BY run_id, target, algorithm, draft_tokens, concurrency, rate;
+
+-- Baseline vs every other series of the same run at the same load level (medians over repeats).
+--   tok_s_change_pct = 100 * (other / baseline - 1)
+--   signal = NULL when neither side has 2+ repeats (spread unknown); else TRUE only when the ranges
+--            [min, max] of tok/s over repeats do not overlap (every repeat of one beats every repeat of the
+--            other), FALSE when the difference is inside the spread.
+CREATE OR REPLACE VIEW comparison AS
+SELECT o.run_id, o.concurrency, o.rate,
+       b.target AS baseline_target, b.algorithm AS baseline_algorithm, b.draft_tokens AS baseline_draft_tokens,
+       o.target, o.algorithm, o.draft_tokens,
+       b.accept_len AS baseline_accept_len, o.accept_len,
+       100 * (o.accept_len / b.accept_len - 1) AS accept_len_change_pct,
+       b.tok_s AS baseline_tok_s, o.tok_s,
+       100 * (o.tok_s / b.tok_s - 1) AS tok_s_change_pct,
+       b.repeats AS baseline_repeats, o.repeats,
+       CASE WHEN greatest(b.repeats, o.repeats) < 2 THEN NULL
+            ELSE o.tok_s_min > b.tok_s_max OR o.tok_s_max < b.tok_s_min END AS signal,
+       b.emulated OR o.emulated AS emulated
+FROM level_results o
+JOIN baseline_series bs ON bs.run_id = o.run_id
+JOIN level_results b ON b.run_id = bs.run_id AND b.target = bs.target
+                    AND b.algorithm IS NOT DISTINCT FROM bs.algorithm
+                    AND b.draft_tokens IS NOT DISTINCT FROM bs.draft_tokens
+                    AND b.concurrency IS NOT DISTINCT FROM o.concurrency
+                    AND b.rate IS NOT DISTINCT FROM o.rate
+WHERE NOT (o.target = b.target AND o.algorithm IS NOT DISTINCT FROM b.algorithm
+           AND o.draft_tokens IS NOT DISTINCT FROM b.draft_tokens);
