@@ -20,6 +20,15 @@
 --   * A series is what a comparison compares: one (target, algorithm, draft_tokens) within a run.
 --   * `emulated` travels with every row that carries numbers: the emulator's numbers are a model.
 
+-- 100 * (new / old - 1): the % change every comparison reports.
+CREATE OR REPLACE MACRO pct_change(new, old) AS 100 * (new / old - 1);
+
+-- Is a difference a signal? NULL when neither side has 2+ repeats (the spread is unknown); TRUE only when
+-- the [min, max] ranges over repeats do not overlap (every repeat of one side beats every repeat of the
+-- other); FALSE when the difference is inside the spread.
+CREATE OR REPLACE MACRO outside_spread(a_min, a_max, a_n, b_min, b_max, b_n) AS
+    CASE WHEN greatest(a_n, b_n) < 2 THEN NULL ELSE a_min > b_max OR a_max < b_min END;
+
 CREATE OR REPLACE VIEW runs AS
 SELECT * FROM read_parquet(getvariable('results') || '/runs/run_id=*/*.parquet')
 WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
@@ -189,29 +198,25 @@ LEFT JOIN step_throughput t ON t.run_id = s.run_id AND t.step_id = s.step_id AND
 -- One row per series and load level (concurrency, or rate in open loop), over its repeats.
 CREATE OR REPLACE VIEW level_results AS
 SELECT run_id, target, algorithm, draft_tokens, concurrency, rate,
-       count(*) AS repeats,
+       count(*) AS repeats, list(tok_s ORDER BY "repeat") AS tok_s_values,
        min(tok_s) AS tok_s_min, median(tok_s) AS tok_s, max(tok_s) AS tok_s_max,
        min(accept_len) AS accept_len_min, median(accept_len) AS accept_len, max(accept_len) AS accept_len_max,
        bool_or(emulated) AS emulated
 FROM step_results
 GROUP BY run_id, target, algorithm, draft_tokens, concurrency, rate;
 
--- Baseline vs every other series of the same run at the same load level (medians over repeats).
---   tok_s_change_pct = 100 * (other / baseline - 1)
---   signal = NULL when neither side has 2+ repeats (spread unknown); else TRUE only when the ranges
---            [min, max] of tok/s over repeats do not overlap (every repeat of one beats every repeat of the
---            other), FALSE when the difference is inside the spread.
+-- Baseline vs every other series of the same run at the same load level (medians over repeats); signal
+-- compares the tok/s ranges over repeats (outside_spread).
 CREATE OR REPLACE VIEW comparison AS
 SELECT o.run_id, o.concurrency, o.rate,
        b.target AS baseline_target, b.algorithm AS baseline_algorithm, b.draft_tokens AS baseline_draft_tokens,
        o.target, o.algorithm, o.draft_tokens,
        b.accept_len AS baseline_accept_len, o.accept_len,
-       100 * (o.accept_len / b.accept_len - 1) AS accept_len_change_pct,
+       pct_change(o.accept_len, b.accept_len) AS accept_len_change_pct,
        b.tok_s AS baseline_tok_s, o.tok_s,
-       100 * (o.tok_s / b.tok_s - 1) AS tok_s_change_pct,
+       pct_change(o.tok_s, b.tok_s) AS tok_s_change_pct,
        b.repeats AS baseline_repeats, o.repeats,
-       CASE WHEN greatest(b.repeats, o.repeats) < 2 THEN NULL
-            ELSE o.tok_s_min > b.tok_s_max OR o.tok_s_max < b.tok_s_min END AS signal,
+       outside_spread(o.tok_s_min, o.tok_s_max, o.repeats, b.tok_s_min, b.tok_s_max, b.repeats) AS signal,
        b.emulated OR o.emulated AS emulated
 FROM level_results o
 JOIN baseline_series bs ON bs.run_id = o.run_id
