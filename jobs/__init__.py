@@ -1,0 +1,1 @@
+"""Ray job entry points: thin wrappers that parse arguments and call loadgen."""

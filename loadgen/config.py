@@ -1,0 +1,220 @@
+"""Typed experiment config, loaded from TOML and validated completely before any request is sent.
+
+Every error names the dotted key, what is wrong and the fix. Unknown keys are errors (a misspelt key that is
+silently ignored is a wrong experiment that looks right).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from loadgen.errors import ConfigError
+from loadgen.prompts.mix import PromptsConfig, parse_prompts_config
+from loadgen.protocol import ADAPTERS
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+EMULATOR_ALGORITHMS = ("NONE", "EAGLE", "EAGLE3", "NEXTN", "DFLASH")
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    name: str
+    flavor: str
+    url: str | None                  # a running server, or None when loadgen launches an emulator
+    emulator_args: tuple[str, ...]   # `python -m loadgen.emulator` flags (launch_server style), if launched
+    node: str
+    api_key_env: str | None
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    mode: str
+    concurrency: tuple[int, ...]
+    repeats: int
+    warmup_s: float
+    measure_s: float
+    drain_timeout_s: float
+    stall_timeout_s: float
+    request_timeout_s: float
+    workers_per_target: int
+    schedule: str                    # together: every target in the same step; one_at_a_time: each alone
+    flush_cache: bool
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    results: str | None
+    load: LoadConfig
+    prompts: PromptsConfig
+    targets: tuple[TargetConfig, ...]
+    source: str = ""                 # the file it came from, for messages
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+class _Table:
+    """Reads one TOML table, remembering which keys were used so leftovers can be reported."""
+
+    def __init__(self, data: Any, key: str) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(key, f"must be a table, got {type(data).__name__}", f"write it as [{key}]")
+        self.data, self.key, self.used = data, key, set()
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        key = f"{self.key}.{name}"
+        self.used.add(name)
+        if name not in self.data:
+            if default is ...:
+                raise ConfigError(key, "is required", f"add `{name} = ...` to [{self.key}]")
+            return default
+        value = self.data[name]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise ConfigError(key, f"must be {names}, got {type(value).__name__} {value!r}")
+        return value
+
+    def positive(self, name: str, default: float, allow_zero: bool = False) -> float:
+        value = self.get(name, float, default)
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            bound = ">= 0" if allow_zero else "> 0"
+            raise ConfigError(f"{self.key}.{name}", f"must be a finite number {bound}, got {value!r}")
+        return value
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            known = ", ".join(sorted(self.used))
+            raise ConfigError(f"{self.key}.{unknown[0]}", "unknown key", f"known keys here: {known}")
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment TOML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("--config", f"file not found: {path}", "give the path of an experiment .toml file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
+    return parse_experiment(data, path.parent.resolve(), str(path))
+
+
+def parse_experiment(data: dict, base_dir: Path, source: str = "<config>") -> Experiment:
+    top = _Table(data, "experiment")
+    run = _Table(top.get("run", dict, {}), "run")
+    name = run.get("name", str, Path(source).stem)
+    if not _NAME.match(name):
+        raise ConfigError("run.name", f"{name!r} is not a safe name",
+                          "use letters, digits, '.', '_' or '-' (it becomes part of paths and SQL)")
+    results = run.get("results", str, None)
+    run.done()
+    load = _parse_load(_Table(top.get("load", dict, {}), "load"))
+    prompts = parse_prompts_config(top.get("prompts", dict, {}), "prompts", base_dir)
+    raw_targets = top.get("targets", list)
+    top.done()
+    if not raw_targets:
+        raise ConfigError("targets", "is empty", "add at least one [[targets]] table")
+    targets = tuple(_parse_target(t, f"targets[{i}]", base_dir) for i, t in enumerate(raw_targets))
+    names = [t.name for t in targets]
+    for i, t in enumerate(targets):
+        if names.index(t.name) != i:
+            raise ConfigError(f"targets[{i}].name", f"duplicate target name {t.name!r}", "give every target a unique name")
+    urls = [t.url for t in targets if t.url]
+    if len(urls) != len(set(urls)):
+        raise ConfigError("targets", "two targets have the same url", "list each server once")
+    return Experiment(name, results, load, prompts, targets, source, data)
+
+
+def _parse_load(t: _Table) -> LoadConfig:
+    mode = t.get("mode", str, "closed")
+    if mode != "closed":
+        raise ConfigError("load.mode", f"unknown mode {mode!r}", "use \"closed\" (fixed concurrency)")
+    levels = t.get("concurrency", list)
+    if not levels:
+        raise ConfigError("load.concurrency", "is empty", "list the levels to sweep, e.g. [1, 2, 4, 8]")
+    for i, c in enumerate(levels):
+        if not isinstance(c, int) or isinstance(c, bool) or c < 1:
+            raise ConfigError(f"load.concurrency[{i}]", f"must be a whole number >= 1, got {c!r}")
+    if len(set(levels)) != len(levels):
+        raise ConfigError("load.concurrency", "has a level twice", "use `repeats` to run a level again")
+    repeats = t.get("repeats", int, 1)
+    if repeats < 1:
+        raise ConfigError("load.repeats", f"must be >= 1, got {repeats}")
+    workers = t.get("workers_per_target", int, 1)
+    if workers < 1:
+        raise ConfigError("load.workers_per_target", f"must be >= 1, got {workers}")
+    schedule = t.get("schedule", str, "together")
+    if schedule not in ("together", "one_at_a_time"):
+        raise ConfigError("load.schedule", f"unknown schedule {schedule!r}", "use \"together\" or \"one_at_a_time\"")
+    config = LoadConfig(
+        mode=mode, concurrency=tuple(levels), repeats=repeats,
+        warmup_s=t.positive("warmup_s", 3.0, allow_zero=True), measure_s=t.positive("measure_s", 20.0),
+        drain_timeout_s=t.positive("drain_timeout_s", 120.0, allow_zero=True),
+        stall_timeout_s=t.positive("stall_timeout_s", 60.0), request_timeout_s=t.positive("request_timeout_s", 900.0),
+        workers_per_target=workers, schedule=schedule, flush_cache=t.get("flush_cache", bool, True))
+    t.done()
+    return config
+
+
+def _parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
+    t = _Table(raw, key)
+    name = t.get("name", str)
+    if not _NAME.match(name):
+        raise ConfigError(f"{key}.name", f"{name!r} is not a safe name", "use letters, digits, '.', '_' or '-'")
+    flavor = t.get("flavor", str, "sglang")
+    if flavor not in ADAPTERS:
+        raise ConfigError(f"{key}.flavor", f"unknown flavor {flavor!r}", f"use one of {', '.join(sorted(ADAPTERS))}")
+    url = t.get("url", str, None)
+    emulator = t.get("emulator", dict, None)
+    if (url is None) == (emulator is None):
+        raise ConfigError(key, "needs exactly one of `url` (a running server) or [emulator] (launched by loadgen)",
+                          "set url = \"http://host:port\" or add a [targets.emulator] table")
+    if url is not None:
+        _check_url(url, f"{key}.url")
+        url = url.rstrip("/")
+    args = _emulator_args(emulator, f"{key}.emulator", base_dir) if emulator is not None else ()
+    node = t.get("node", str, "local")
+    api_key_env = t.get("api_key_env", str, None)
+    t.done()
+    return TargetConfig(name, flavor, url, args, node, api_key_env)
+
+
+def _check_url(url: str, key: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ConfigError(key, f"{url!r} is not an http://host:port URL", "e.g. url = \"http://127.0.0.1:30000\"")
+    try:
+        parts.port
+    except ValueError as exc:
+        raise ConfigError(key, f"bad port in {url!r}") from exc
+    if parts.path not in ("", "/"):
+        raise ConfigError(key, f"{url!r} has a path", "give the server root; the route comes from the flavor")
+
+
+def _emulator_args(table: dict, key: str, base_dir: Path) -> tuple[str, ...]:
+    """[targets.emulator] keys are launch_server flags without the dashes: speculative-algorithm = "NEXTN"."""
+    args: list[str] = []
+    for flag, value in table.items():
+        if flag in ("host", "port"):
+            raise ConfigError(f"{key}.{flag}", "is chosen by loadgen", "remove it")
+        if flag == "speculative-algorithm" and value not in EMULATOR_ALGORITHMS:
+            raise ConfigError(f"{key}.{flag}", f"unknown algorithm {value!r}", f"use one of {', '.join(EMULATOR_ALGORITHMS)}")
+        if flag == "speculative-draft-model-path" and isinstance(value, str):
+            value = str((base_dir / value).resolve())
+        if isinstance(value, bool):
+            if value:
+                args.append(f"--{flag}")
+        elif isinstance(value, (int, float, str)):
+            args += [f"--{flag}", str(value)]
+        else:
+            raise ConfigError(f"{key}.{flag}", f"must be a string, number or boolean, got {type(value).__name__}")
+    return tuple(args)

@@ -1,0 +1,123 @@
+"""Control calls to a target: health, server info, cache flush, /metrics samples.
+
+These are not measurements, so they are retried (tenacity) with backoff; measured requests never are.
+They run inside the worker actors, which sit next to their server, so a server bound to loopback on a
+remote node is reachable.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import aiohttp
+import orjson
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from loadgen.errors import TargetError
+
+_TIMEOUT = aiohttp.ClientTimeout(total=10)
+
+
+class _Busy(Exception):
+    """The server refused a flush because requests are still running."""
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+async def server_info(session: aiohttp.ClientSession, url: str, api_key: str | None = None,
+                      within_s: float = 10.0) -> dict[str, Any]:
+    """`/get_server_info` as a dict; TargetError naming the URL if it is unreachable or not SGLang."""
+    try:
+        async for attempt in AsyncRetrying(stop=stop_after_delay(within_s), reraise=True,
+                                           wait=wait_exponential(multiplier=0.1, max=1.0),
+                                           retry=retry_if_exception_type(aiohttp.ClientConnectionError)):
+            with attempt:
+                async with session.get(f"{url}/get_server_info", headers=_headers(api_key),
+                                       timeout=_TIMEOUT) as resp:
+                    body = await resp.read()
+                    status = resp.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise TargetError(f"{url}: unreachable ({exc.__class__.__name__}: {exc}); "
+                          "check the URL and that the server is up") from exc
+    if status == 401:
+        raise TargetError(f"{url}: 401 Unauthorized; set the target's api_key_env to the variable holding its key")
+    try:
+        info = orjson.loads(body) if status == 200 else None
+    except orjson.JSONDecodeError:
+        info = None
+    if not isinstance(info, dict) or "version" not in info:
+        raise TargetError(f"{url}: GET /get_server_info answered HTTP {status} without SGLang's server info; "
+                          "is this an SGLang server? (for other servers use an openai-* flavor)")
+    return info
+
+
+async def flush_cache(session: aiohttp.ClientSession, url: str, api_key: str | None = None,
+                      within_s: float = 30.0) -> None:
+    """`POST /flush_cache`, retried while the server is still busy finishing cut requests."""
+    async for attempt in AsyncRetrying(stop=stop_after_delay(within_s), reraise=True,
+                                       wait=wait_exponential(multiplier=0.05, max=1.0),
+                                       retry=retry_if_exception_type((_Busy, aiohttp.ClientConnectionError))):
+        with attempt:
+            async with session.post(f"{url}/flush_cache", headers=_headers(api_key), timeout=_TIMEOUT) as resp:
+                await resp.read()
+                if resp.status == 400:
+                    raise _Busy()
+                if resp.status != 200:
+                    raise TargetError(f"{url}: POST /flush_cache answered HTTP {resp.status}")
+
+
+def server_info_samples(info: dict[str, Any]) -> list[tuple[str, float, dict]]:
+    """Numeric per-rank figures of `internal_states` as (name, value, labels)."""
+    out = []
+    for rank, state in enumerate(info.get("internal_states") or []):
+        if not isinstance(state, dict):
+            continue
+        for name in ("avg_spec_accept_length", "last_gen_throughput", "memory_usage"):
+            value = state.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                out.append((name, float(value), {"dp_rank": rank}))
+    return out
+
+
+async def metrics_samples(session: aiohttp.ClientSession, url: str,
+                          api_key: str | None = None) -> list[tuple[str, float, dict]]:
+    """`/metrics` gauges and counters (histogram buckets skipped); [] when metrics are not enabled."""
+    try:
+        async with session.get(f"{url}/metrics", headers=_headers(api_key), timeout=_TIMEOUT) as resp:
+            if resp.status != 200:
+                return []
+            text = await resp.text()
+    except (aiohttp.ClientError, TimeoutError):
+        return []
+    return parse_prometheus(text)
+
+
+def parse_prometheus(text: str) -> list[tuple[str, float, dict]]:
+    """Prometheus text format -> (name, value, labels); `_bucket` series are left out (too many rows)."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value_text = line.rpartition(" ")
+        if "{" in head:
+            name, _, label_text = head.partition("{")
+            labels = dict(_label(pair) for pair in label_text.rstrip("}").split(",") if "=" in pair)
+        else:
+            name, labels = head, {}
+        if not name or name.endswith("_bucket"):
+            continue
+        try:
+            value = float(value_text)
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            out.append((name.strip(), value, labels))
+    return out
+
+
+def _label(pair: str) -> tuple[str, str]:
+    key, _, value = pair.partition("=")
+    return key.strip(), value.strip().strip('"')

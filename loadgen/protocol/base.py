@@ -1,0 +1,126 @@
+"""What every API flavour shares: the per-request record, the frame column buffer, the adapter interface.
+
+An adapter turns a request spec into an HTTP body and each SSE payload into updates of a `StreamState`
+(one per request) plus rows in a `FrameBuffer` (one per worker). Adapters never raise on server bytes:
+whatever arrives is classified into the request's status.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from loadgen.prompts import Prompt
+
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingSpec:
+    """Output policy shared by every request of a run."""
+
+    max_new_tokens: int
+    ignore_eos: bool = True
+    temperature: float = 0.0
+
+
+class FrameBuffer:
+    """Column lists for the `frames` table; appending costs a few list appends per frame."""
+
+    __slots__ = ("request_id", "seq", "t_ns", "tokens", "cum_tokens", "bytes")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.request_id: list[str] = []
+        self.seq: list[int] = []
+        self.t_ns: list[int] = []
+        self.tokens: list[int | None] = []
+        self.cum_tokens: list[int | None] = []
+        self.bytes: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.t_ns)
+
+    def columns(self) -> dict[str, list]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class StreamState:
+    """Everything measured about one request; becomes exactly one `requests` row."""
+
+    __slots__ = (
+        "request_id", "prompt", "phase", "server_request_id", "prompt_tokens", "completion_tokens",
+        "cached_tokens", "spec_verify_ct", "spec_accept_length", "finish_reason", "t_scheduled_ns", "t_sent_ns",
+        "t_headers_ns", "t_first_token_ns", "t_last_token_ns", "t_done_ns", "server_e2e_s", "num_frames",
+        "status", "http_status", "error", "cum_tokens", "finished", "saw_done", "frames",
+    )
+
+    def __init__(self, request_id: str, prompt: Prompt, phase: str, t_scheduled_ns: int, frames: FrameBuffer):
+        self.request_id = request_id
+        self.prompt = prompt
+        self.phase = phase
+        self.frames = frames
+        self.t_scheduled_ns = t_scheduled_ns
+        self.server_request_id = self.finish_reason = self.error = None
+        self.prompt_tokens = self.completion_tokens = self.cached_tokens = None
+        self.spec_verify_ct = self.spec_accept_length = self.server_e2e_s = None
+        self.t_sent_ns = self.t_headers_ns = self.t_first_token_ns = self.t_last_token_ns = None
+        self.t_done_ns = None
+        self.http_status: int | None = None
+        self.status: str | None = None
+        self.num_frames = 0
+        self.cum_tokens = 0
+        self.finished = False   # a frame with a finish reason arrived
+        self.saw_done = False   # `data: [DONE]` arrived
+
+    def add_frame(self, t_ns: int, tokens: int | None, cum_tokens: int | None, nbytes: int) -> None:
+        """Record one frame that carries output."""
+        f = self.frames
+        f.request_id.append(self.request_id)
+        f.seq.append(self.num_frames)
+        f.t_ns.append(t_ns)
+        f.tokens.append(tokens)
+        f.cum_tokens.append(cum_tokens)
+        f.bytes.append(nbytes)
+        self.num_frames += 1
+        if self.t_first_token_ns is None:
+            self.t_first_token_ns = t_ns
+        self.t_last_token_ns = t_ns
+
+    def fail(self, status: str, error: str | None, http_status: int | None = None) -> None:
+        """Mark a failure. The first one wins (a timeout's own disconnect is no "broken stream"), except that a
+        malformed frame, after which reading goes on, gives way to whatever ends the stream later."""
+        if self.status is None or (self.status == "malformed_frame" and status != "malformed_frame"):
+            self.status = status
+            if error is not None:
+                self.error = error[:2000]
+            if http_status is not None:
+                self.http_status = http_status
+
+    def close(self, t_done_ns: int) -> None:
+        """End of the HTTP exchange: decide `ok` vs `stream_broken` if nothing failed before."""
+        self.t_done_ns = t_done_ns
+        if self.status is None:
+            if self.finished:
+                self.status = "ok"
+            else:
+                self.status = "stream_broken"
+                self.error = self.error or "stream ended without a finish frame"
+        if self.completion_tokens is None and self.num_frames:
+            self.completion_tokens = self.cum_tokens or None
+
+
+class Adapter(ABC):
+    """One API flavour (SGLang native, OpenAI completions, OpenAI chat)."""
+
+    flavor: str
+    path: str
+
+    @abstractmethod
+    def body(self, request_id: str, prompt: Prompt, sampling: SamplingSpec) -> bytes:
+        """The JSON request body for one streaming request."""
+
+    @abstractmethod
+    def on_payload(self, state: StreamState, payload: bytes, t_ns: int) -> None:
+        """Consume one SSE data payload that arrived at `t_ns`; never raises on server bytes."""

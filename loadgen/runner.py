@@ -1,0 +1,241 @@
+"""Executes a validated experiment on Ray: servers, workers, steps, progress, and the run's bookkeeping.
+
+Order of a run: launch the servers it owns, create the sink and the workers, preflight every target (server
+info; a target that is unreachable or not SGLang stops the run before any load), then for each step: flush
+the cache, snapshot the server, start every worker at one shared instant, wait out warm-up and the window,
+keep the load through the drain until every measured request is done (or the drain times out), cut the rest,
+snapshot again, write the step rows. Whatever fails, the run row is finished and every batch is flushed.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+from loadgen import __version__, schema
+from loadgen.clock import anchor, now_ns
+from loadgen.config import Experiment, TargetConfig
+from loadgen.plan import PlannedStep, plan_steps, split_concurrency
+from loadgen.probe import server_info_samples
+from loadgen.prompts.mix import PromptMix
+from loadgen.protocol.base import SamplingSpec
+from loadgen.servers import ServerProcess
+from loadgen.sink import ResultsSink
+from loadgen.worker import LoadWorker, StepSpec, TargetSpec
+
+PROMPT_POOL = 4096          # prompts per run; every step walks the same seeded sequence from its start
+START_DELAY_S = 0.5         # time for every worker to receive `start_step` before the shared start instant
+POLL_S = 0.2
+
+
+class Stopped(Exception):
+    """The driver was asked to stop (SIGTERM from `ray job stop`, or Ctrl-C)."""
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    results_dir: str
+    status: str
+    reason: str
+
+
+@dataclass
+class _Target:
+    config: TargetConfig
+    index: int
+    url: str
+    workers: list
+    info: dict
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Stopped("received SIGTERM")
+
+
+def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
+    """Run every step of `exp`, writing results under `results_dir`; returns how the run ended."""
+    run_id = f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    results = Path(results_dir).resolve()
+    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    sink = ResultsSink.remote(str(results), run_id)
+    started = now_ns()
+    _write_run(sink, exp, run_id, started, None, "running", "")
+    servers: list = []
+    status, reason = "failed", "unexpected error"
+    try:
+        targets = _bring_up(exp, run_id, results, sink, servers, log)
+        steps = plan_steps(exp)
+        log(f"run {run_id}: {len(steps)} steps over {len(targets)} targets -> {results}")
+        incomplete = 0
+        for step in steps:
+            if not _run_step(exp, run_id, step, targets, sink, log, len(steps)):
+                incomplete += 1
+        status = "complete" if not incomplete else "incomplete"
+        reason = "" if not incomplete else f"{incomplete} steps incomplete (drain timed out)"
+    except (Stopped, KeyboardInterrupt) as exc:
+        status, reason = "incomplete", f"stopped: {exc or 'interrupted'}"
+        raise
+    except Exception as exc:
+        status, reason = "failed", f"{exc.__class__.__name__}: {exc}"
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        _write_run(sink, exp, run_id, started, now_ns(), status, reason)
+        ray.get(sink.flush.remote())
+        ray.get([s.stop.remote() for s in servers])
+    return RunResult(run_id, str(results), status, reason)
+
+
+def _bring_up(exp: Experiment, run_id: str, results: Path, sink, servers: list, log) -> list[_Target]:
+    """Launch owned servers, create workers, and preflight every target before any load."""
+    log_dir = results / "logs" / f"run_id={run_id}"
+    urls: dict[str, str] = {}
+    launches = {}
+    for t in exp.targets:
+        if t.url is None:
+            server = ServerProcess.remote(t.name, str(log_dir))
+            servers.append(server)
+            launches[t.name] = server.start_emulator.remote(list(t.emulator_args))
+        else:
+            urls[t.name] = t.url
+    for name, ref in launches.items():
+        urls[name] = ray.get(ref)
+        log(f"emulator {name} up at {urls[name]}")
+    prompts = PromptMix(exp.prompts).take(PROMPT_POOL)
+    sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature)
+    targets = []
+    for index, t in enumerate(exp.targets):
+        spec = TargetSpec(t.name, urls[t.name], t.flavor, t.node, t.api_key_env)
+        n = exp.load.workers_per_target
+        workers = [LoadWorker.remote(f"{t.name}.w{i}", spec, prompts[i::n], sampling, sink) for i in range(n)]
+        targets.append(_Target(t, index, urls[t.name], workers, {}))
+    infos = ray.get([t.workers[0].server_info.remote() for t in targets])
+    for target, info in zip(targets, infos):
+        target.info = info
+        log(f"target {target.config.name}: {_describe(info)}")
+    return targets
+
+
+def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list[_Target], sink, log,
+              total_steps: int) -> bool:
+    load = exp.load
+    targets = [t for t in all_targets if t.config.name in step.targets]
+    if load.flush_cache:
+        ray.get([t.workers[0].flush_cache.remote() for t in targets])
+    infos = ray.get([t.workers[0].server_info.remote() for t in targets])
+    t_before = now_ns()
+    for t, info in zip(targets, infos):
+        t.info = info
+        _write_server_info_samples(sink, run_id, step.step_id, t, info, t_before, "before")
+    t_start = now_ns() + int(START_DELAY_S * 1e9)
+    t_ms = t_start + int(load.warmup_s * 1e9)
+    t_me = t_ms + int(load.measure_s * 1e9)
+    active = []
+    for t in targets:
+        for worker, share in zip(t.workers, split_concurrency(step.concurrency, len(t.workers))):
+            if share:
+                spec = StepSpec(run_id, step.step_id, share, t_start, t_ms, t_me, load.stall_timeout_s,
+                                load.request_timeout_s, sample_server=worker is t.workers[0])
+                active.append(worker)
+                ray.get(worker.start_step.remote(spec))
+    log(f"[step {step.step_id + 1}/{total_steps}] C={step.concurrency} repeat {step.repeat} "
+        f"targets {','.join(step.targets)}: warm-up {load.warmup_s:g} s, measure {load.measure_s:g} s")
+    drained = _wait_for_drain(active, t_me, t_me + int(load.drain_timeout_s * 1e9))
+    counts = ray.get([w.stop_step.remote("cut at the end of the step (drain)") for w in active])
+    t_end = now_ns()
+    after = ray.get([t.workers[0].server_info.remote() for t in targets])
+    status = "complete" if drained else "incomplete"
+    reason = "" if drained else f"drain timed out after {load.drain_timeout_s:g} s; measured requests were cut"
+    rows = []
+    for t, info in zip(targets, after):
+        _write_server_info_samples(sink, run_id, step.step_id, t, info, t_end, "after")
+        rows.append(_step_row(exp, run_id, step, t, t_start, t_ms, t_me, t_end, status, reason))
+    sink.write.remote("steps", schema.batch_from_rows("steps", rows))
+    ray.get(sink.flush.remote())
+    total: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + v
+    log(f"[step {step.step_id + 1}/{total_steps}] done in {(t_end - t_start) / 1e9:.1f} s: "
+        + ", ".join(f"{v} {k}" for k, v in sorted(total.items())) + ("" if drained else f" ({reason})"))
+    return drained
+
+
+def _wait_for_drain(workers: list, t_measure_end: int, t_deadline: int) -> bool:
+    """Sleep through the window, then poll until no measured request is open (True) or the deadline (False)."""
+    while now_ns() < t_measure_end:
+        time.sleep(min(POLL_S, max((t_measure_end - now_ns()) / 1e9, 0.0)))
+    while True:
+        progress = ray.get([w.progress.remote() for w in workers])
+        if all(p["measure_open"] == 0 for p in progress):
+            return True
+        if now_ns() >= t_deadline:
+            return False
+        time.sleep(POLL_S)
+
+
+def _step_row(exp: Experiment, run_id: str, step: PlannedStep, t: _Target, t_start: int, t_ms: int, t_me: int,
+              t_end: int, status: str, reason: str) -> dict:
+    info = t.info
+    algorithm = info.get("speculative_algorithm") or "NONE"
+    return {
+        "run_id": run_id, "step_id": step.step_id, "target": t.config.name, "target_index": t.index,
+        "node": t.config.node, "flavor": t.config.flavor, "emulated": bool(info.get("emulated", False)),
+        "algorithm": str(algorithm).upper(), "draft_tokens": _int(info.get("speculative_num_draft_tokens")),
+        "num_steps": _int(info.get("speculative_num_steps")), "topk": _int(info.get("speculative_eagle_topk")),
+        "server_version": str(info.get("version")), "server_info": json.dumps(info, sort_keys=True, default=str),
+        "mode": exp.load.mode, "concurrency": step.concurrency, "rate": None, "repeat": step.repeat,
+        "prompt_mix": exp.prompts.describe(), "t_start_ns": t_start, "t_measure_start_ns": t_ms,
+        "t_measure_end_ns": t_me, "t_end_ns": t_end, "status": status, "status_reason": reason,
+    }
+
+
+def _write_server_info_samples(sink, run_id: str, step_id: int, t: _Target, info: dict, t_ns: int,
+                               when: str) -> None:
+    rows = [{"run_id": run_id, "step_id": step_id, "target": t.config.name, "node": t.config.node, "t_ns": t_ns,
+             "name": name, "value": value, "labels": json.dumps(dict(labels, when=when), sort_keys=True)}
+            for name, value, labels in server_info_samples(info)]
+    if rows:
+        sink.write.remote("server_samples", schema.batch_from_rows("server_samples", rows))
+
+
+def _write_run(sink, exp: Experiment, run_id: str, started: int, finished: int | None, status: str,
+               reason: str) -> None:
+    row = {
+        "run_id": run_id, "name": exp.name, "started_at_ns": started, "finished_at_ns": finished,
+        "status": status, "status_reason": reason, "config": json.dumps(exp.raw, sort_keys=True, default=str),
+        "loadgen_version": __version__, "schema_version": schema.SCHEMA_VERSION, "git_commit": _git_commit(),
+        "host": json.dumps({"hostname": socket.gethostname(), "python": platform.python_version(),
+                            "ray": ray.__version__, "platform": platform.platform()}),
+        "clock_anchor": json.dumps(anchor()),
+    }
+    ray.get(sink.write.remote("runs", schema.batch_from_rows("runs", [row])))
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _describe(info: dict) -> str:
+    label = " (emulated)" if info.get("emulated") else ""
+    return (f"SGLang {info.get('version')}{label}, algorithm {info.get('speculative_algorithm') or 'NONE'}, "
+            f"draft tokens {info.get('speculative_num_draft_tokens')}, model {info.get('model_path')}")
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

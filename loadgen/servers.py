@@ -1,0 +1,115 @@
+"""Server processes that loadgen launches (the emulator; SGLang itself on real nodes), as Ray actors.
+
+The actor lives on the node the server must run on. The server is started in its own process group with
+PR_SET_PDEATHSIG, so it dies with the actor even when Ray kills the actor hard: a server never outlives its job.
+Its log goes to a file, which the job copies into the results.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import ray
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from loadgen.errors import TargetError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it when the launching process dies."""
+    os.setsid()
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def emulator_command(args: tuple[str, ...] | list[str], host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "loadgen.emulator", *args, "--host", host, "--port", str(port)]
+
+
+class _NotReady(Exception):
+    pass
+
+
+@ray.remote(num_cpus=0)
+class ServerProcess:
+    """Launches one server, waits until it is healthy, stops it (and only it) on request or on death."""
+
+    def __init__(self, name: str, log_dir: str) -> None:
+        self.name = name
+        self.log_path = Path(log_dir) / f"{name}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen | None = None
+
+    def start_emulator(self, args: list[str], timeout_s: float = 60.0) -> str:
+        port = free_port()
+        return self._start(emulator_command(args, "127.0.0.1", port), f"http://127.0.0.1:{port}", timeout_s)
+
+    def _start(self, command: list[str], url: str, timeout_s: float) -> str:
+        self.stop()
+        log = open(self.log_path, "ab")
+        log.write(f"$ {' '.join(command)}\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent)
+        log.close()
+        try:
+            for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2), reraise=True,
+                                    retry=retry_if_exception_type(_NotReady)):
+                with attempt:
+                    self._check_health(url)
+        except _NotReady as exc:
+            self.stop()
+            raise TargetError(f"server {self.name} did not become healthy in {timeout_s:g} s: {exc}; "
+                              f"log tail:\n{self.log_tail()}") from None
+        return url
+
+    def _check_health(self, url: str) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            code = self.proc.returncode if self.proc else None
+            raise TargetError(f"server {self.name} exited with code {code} while starting; "
+                              f"log tail:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as exc:
+            raise _NotReady(str(exc)) from None
+        raise _NotReady("health not 200")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc and self.proc.poll() is None else None
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -1,0 +1,93 @@
+"""The results writer: the one owner of the results folder.
+
+Batches arrive per table; they are kept in memory and written as a Parquet part file when a table has
+`ROLL_ROWS` rows waiting, when the oldest waiting batch is `ROLL_S` old, or on `flush()`. Each file is written
+under a hidden temporary name and renamed when complete, so readers only ever see whole files and a crash
+loses at most the batches not yet rolled. File names carry the sink's incarnation, so a restarted sink never
+overwrites what an earlier one wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+
+from loadgen import schema
+
+ROLL_ROWS = 1_000_000
+ROLL_S = 10.0
+
+
+class ResultsWriter:
+    """Plain-Python core of the sink (also used directly by tests and benchmarks)."""
+
+    def __init__(self, results_dir: str, run_id: str) -> None:
+        self.root = Path(results_dir)
+        self.run_id = run_id
+        self.incarnation = uuid.uuid4().hex[:8]
+        self.seq = 0
+        self.pending: dict[str, list[pa.RecordBatch]] = {t: [] for t in schema.TABLES}
+        self.pending_rows: dict[str, int] = dict.fromkeys(schema.TABLES, 0)
+        self.oldest: dict[str, float] = {}
+        self.rows_written: dict[str, int] = dict.fromkeys(schema.TABLES, 0)
+        for table in schema.TABLES:
+            self._dir(table).mkdir(parents=True, exist_ok=True)
+        for table, table_schema in schema.TABLES.items():  # every view has a file to read, even if empty
+            self._write_file(table, table_schema.empty_table())
+
+    def _dir(self, table: str) -> Path:
+        return self.root / table / f"run_id={self.run_id}"
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if batch.schema != schema.TABLES[table]:
+            raise ValueError(f"batch for {table} does not match the schema: {batch.schema}")
+        self.pending[table].append(batch)
+        self.pending_rows[table] += batch.num_rows
+        self.oldest.setdefault(table, time.monotonic())
+        if self.pending_rows[table] >= ROLL_ROWS or time.monotonic() - self.oldest[table] >= ROLL_S:
+            self._roll(table)
+
+    def flush(self) -> dict[str, int]:
+        """Write everything waiting; returns rows written so far per table."""
+        for table in schema.TABLES:
+            self._roll(table)
+        return dict(self.rows_written)
+
+    def _roll(self, table: str) -> None:
+        batches = self.pending[table]
+        if not batches:
+            return
+        self._write_file(table, pa.Table.from_batches(batches, schema=schema.TABLES[table]))
+        self.rows_written[table] += self.pending_rows[table]
+        self.pending[table], self.pending_rows[table] = [], 0
+        self.oldest.pop(table, None)
+
+    def _write_file(self, table: str, data: pa.Table) -> None:
+        name = f"part-{self.incarnation}-{self.seq:06d}.parquet"
+        self.seq += 1
+        final = self._dir(table) / name
+        tmp = final.with_name(f".{name}.tmp")
+        pq.write_table(data, tmp, compression="zstd", row_group_size=1 << 20)
+        os.replace(tmp, final)
+
+
+@ray.remote(num_cpus=0, max_restarts=3)
+class ResultsSink:
+    """Ray actor around ResultsWriter: workers and the driver send batches, it writes files."""
+
+    def __init__(self, results_dir: str, run_id: str) -> None:
+        self.writer = ResultsWriter(results_dir, run_id)
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        self.writer.write(table, batch)
+
+    def flush(self) -> dict[str, int]:
+        return self.writer.flush()
