@@ -53,13 +53,13 @@ class PromptMix:
         else:
             tasks = load_dataset(src)
             pools = [Pool(src.name, len(tasks), tasks.__getitem__)]
-        for pool in pools:
-            if not any(self._fits(pool.render(i)) for i in range(pool.size)):
-                raise ConfigError(
-                    src.key, f"none of the {pool.size} candidates of {pool.template!r} is within "
-                    f"min_prompt_chars..max_prompt_chars = {self.cfg.min_prompt_chars}..{self.cfg.max_prompt_chars}",
-                    f"widen the bounds in [{self.cfg.key}] or drop this source/template")
-        return pools
+        fitting = [pool for pool in pools if any(self._fits(pool.render(i)) for i in range(pool.size))]
+        if not fitting:
+            raise ConfigError(
+                src.key, f"none of its prompts ({', '.join(f'{p.size} {p.template}' for p in pools)}) is within "
+                f"min_prompt_chars..max_prompt_chars = {self.cfg.min_prompt_chars}..{self.cfg.max_prompt_chars}",
+                f"widen the bounds in [{self.cfg.key}] or drop this source")
+        return fitting  # templates with nothing in bounds are left out: the bounds asked for that
 
     def _fits(self, task: Task | None) -> bool:
         return task is not None and self.cfg.min_prompt_chars <= task.chars(self.cfg.chat) <= self.cfg.max_prompt_chars

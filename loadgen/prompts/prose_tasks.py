@@ -64,11 +64,13 @@ def passages() -> tuple[tuple[str, str], ...]:
 
 
 def _chunks(text: str) -> list[str]:
-    """Consecutive paragraphs joined up to PASSAGE_MAX; pieces shorter than PASSAGE_MIN are dropped."""
+    """Consecutive prose paragraphs joined up to PASSAGE_MAX; indented paragraphs (code examples,
+    grammar rules) are left out so a `prose` prompt reads as prose; pieces shorter than PASSAGE_MIN
+    are dropped."""
     chunks: list[str] = []
     current = ""
     for paragraph in (p.strip("\n") for p in text.split("\n\n")):
-        if not paragraph.strip():
+        if not paragraph.strip() or paragraph[0].isspace():
             continue
         if current and len(current) + 2 + len(paragraph) > PASSAGE_MAX:
             chunks.append(current)
