@@ -20,6 +20,8 @@ from loadgen.protocol import ADAPTERS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 EMULATOR_ALGORITHMS = ("NONE", "EAGLE", "EAGLE3", "NEXTN", "DFLASH")
+_TYPE_NAMES = {dict: "a table", list: "a list", str: "a string", int: "a whole number", float: "a number",
+               bool: "true or false"}
 
 
 @dataclass(frozen=True)
@@ -66,19 +68,23 @@ class _Table:
             raise ConfigError(key, f"must be a table, got {type(data).__name__}", f"write it as [{key}]")
         self.data, self.key, self.used = data, key, set()
 
+    def _key(self, name: str) -> str:
+        return f"{self.key}.{name}" if self.key else name
+
     def get(self, name: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-        key = f"{self.key}.{name}"
+        key = self._key(name)
         self.used.add(name)
         if name not in self.data:
             if default is ...:
-                raise ConfigError(key, "is required", f"add `{name} = ...` to [{self.key}]")
+                where = f"[{self.key}]" if self.key else "the file"
+                raise ConfigError(key, "is required", f"add `{name} = ...` to {where}")
             return default
         value = self.data[name]
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            names = " or ".join(k.__name__ for k in kinds)
+            names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
             raise ConfigError(key, f"must be {names}, got {type(value).__name__} {value!r}")
         return value
 
@@ -86,14 +92,14 @@ class _Table:
         value = self.get(name, float, default)
         if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
             bound = ">= 0" if allow_zero else "> 0"
-            raise ConfigError(f"{self.key}.{name}", f"must be a finite number {bound}, got {value!r}")
+            raise ConfigError(self._key(name), f"must be a finite number {bound}, got {value!r}")
         return value
 
     def done(self) -> None:
         unknown = sorted(set(self.data) - self.used)
         if unknown:
             known = ", ".join(sorted(self.used))
-            raise ConfigError(f"{self.key}.{unknown[0]}", "unknown key", f"known keys here: {known}")
+            raise ConfigError(self._key(unknown[0]), "unknown key", f"known keys here: {known}")
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -109,7 +115,7 @@ def load_experiment(path: str | Path) -> Experiment:
 
 
 def parse_experiment(data: dict, base_dir: Path, source: str = "<config>") -> Experiment:
-    top = _Table(data, "experiment")
+    top = _Table(data, "")
     run = _Table(top.get("run", dict, {}), "run")
     name = run.get("name", str, Path(source).stem)
     if not _NAME.match(name):

@@ -1,0 +1,97 @@
+"""Shared fixtures: one local Ray per test session, emulators on loopback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+from loadgen.servers import emulator_command, free_port  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[None]:
+    """A real local Ray, started once per session and stopped by ray.shutdown (only this cluster)."""
+    import ray
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@contextmanager
+def emulator(*flags: str, timeout_s: float = 30.0) -> Iterator[str]:
+    """Run `python -m loadgen.emulator FLAGS` on a free loopback port; yields its URL."""
+    port = free_port()
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(emulator_command(list(flags), "127.0.0.1", port), stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"emulator exited: {log.read().decode(errors='replace')[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("emulator did not become healthy")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture
+def emulator_factory():
+    return emulator
+
+
+PYTHON = sys.executable
+
+
+@contextmanager
+def ray_head(tmp_dir: str) -> Iterator[str]:
+    """`ray start --head` on loopback in its own temp dir; yields the job-submission address. Stopped by
+    killing exactly this cluster's processes (found by its temp dir and GCS port), never by `ray stop`."""
+    import psutil
+    gcs_port, dashboard_port = free_port(), free_port()
+    subprocess.run(["ray", "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
+                    "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                    f"--temp-dir={tmp_dir}", "--include-dashboard=true", "--disable-usage-stats"],
+                   check=True, capture_output=True, timeout=120)
+    try:
+        yield f"http://127.0.0.1:{dashboard_port}"
+    finally:
+        roots = [p for p in psutil.process_iter(["cmdline"])
+                 if any(tmp_dir in a or f":{gcs_port}" in a for a in (p.info["cmdline"] or []))]
+        victims = set(roots)
+        for root in roots:
+            try:
+                victims.update(root.children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+        for proc in victims:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(list(victims), timeout=10)
