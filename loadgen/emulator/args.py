@@ -1,0 +1,59 @@
+"""Command-line flags, named like `python -m sglang.launch_server`'s, plus the emulator's own."""
+
+from __future__ import annotations
+
+import argparse
+
+from loadgen.emulator.faults import add_fault_args
+from loadgen.emulator.spec import ALGORITHMS
+
+
+def positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m loadgen.emulator",
+        description="SGLang-compatible server with a speculative-decoding cost model (results are emulated).")
+    g = p.add_argument_group("SGLang flags")
+    g.add_argument("--model-path", required=True, help="reported as model_path; nothing is loaded")
+    g.add_argument("--served-model-name", default=None)
+    g.add_argument("--host", default="127.0.0.1")
+    g.add_argument("--port", type=int, default=30000)
+    g.add_argument("--speculative-algorithm", type=str.upper, choices=ALGORITHMS, default=None)
+    g.add_argument("--speculative-num-steps", type=positive_int, default=None)
+    g.add_argument("--speculative-eagle-topk", type=positive_int, default=None)
+    g.add_argument("--speculative-num-draft-tokens", "--speculative-dflash-block-size",
+                   dest="speculative_num_draft_tokens", type=positive_int, default=None)
+    g.add_argument("--speculative-draft-model-path", default=None)
+    g.add_argument("--max-running-requests", type=positive_int, default=64)
+    g.add_argument("--max-queued-requests", type=positive_int, default=None)
+    g.add_argument("--stream-interval", type=positive_int, default=1)
+    g.add_argument("--incremental-streaming-output", action="store_true")
+    g.add_argument("--enable-metrics", action="store_true")
+    g.add_argument("--api-key", default=None)
+    g.add_argument("--decode-log-interval", type=positive_int, default=40)
+    e = p.add_argument_group("emulator flags")
+    e.add_argument("--hardware", default="gb10", help="hardware profile name or .toml path (zero: no latency)")
+    e.add_argument("--model-profile", default="qwen3.8-27b-nvfp4", help="model profile name or .toml path")
+    e.add_argument("--seed", type=int, default=0, help="seeds acceptance draws, output lengths and faults")
+    e.add_argument("--time-scale", type=float, default=1.0,
+                   help="run the modelled hardware this many times faster (server times are real wall time)")
+    e.add_argument("--startup-delay-s", type=float, default=0.0,
+                   help="/health_generate answers 503 and /generate waits for this long after start")
+    e.add_argument("--reuse-port", action="store_true",
+                   help="SO_REUSEPORT: several emulator processes can share one port")
+    e.add_argument("--log-level", default="warning")
+    add_fault_args(p)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if args.time_scale <= 0:
+        build_parser().error(f"--time-scale must be > 0, got {args.time_scale}")
+    return args

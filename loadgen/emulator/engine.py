@@ -1,0 +1,312 @@
+"""The emulated scheduler: one continuous-batching loop per process, as SGLang's scheduler runs it.
+
+Each iteration either prefills newly admitted requests (their first token) or runs one decode step over
+the whole running batch; a step's duration comes from the cost model, and each running request accepts a
+random number of tokens per verify step (a truncated geometric draw: each drafted token is accepted with
+the request's probability, until the first rejection; plus the bonus token). Admission is bounded by
+--max-running-requests and a KV-token budget (prompt + max_new_tokens reserved per request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from loadgen.emulator import vocab
+from loadgen.emulator.costmodel import CostModel
+from loadgen.emulator.faults import Fault
+from loadgen.emulator.profiles import ModelProfile
+from loadgen.emulator.spec import SpecConfig
+
+
+class QueueFull(Exception):
+    """--max-queued-requests reached: the request is aborted with status 503, as SGLang does."""
+
+
+@dataclass(slots=True, eq=False)
+class EmuRequest:
+    """One request's life in the engine, and its ground-truth record."""
+
+    id: str
+    rid: str | None
+    kind: str
+    route: str
+    prompt_tokens: int
+    max_new_tokens: int
+    ignore_eos: bool
+    stream_interval: int
+    min_new_tokens: int = 0
+    fault: Fault | None = None
+    t_received_ns: int = field(default_factory=time.time_ns)
+    t_admitted_ns: int = 0
+    t_first_ns: int = 0
+    t_done_ns: int = 0
+    t_received_perf: float = field(default_factory=time.perf_counter)
+    target_len: int = 0
+    natural_stop: bool = False
+    p_accept: float = 0.0
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""                  # decoded output so far
+    text_ends: list[int] = field(default_factory=list)    # len(text) after each output token
+    accepted: list[int] = field(default_factory=list)     # tokens accepted per verify step
+    spec_verify_ct: int = 0
+    finish_reason: dict | None = None
+    status: str = "queued"          # queued | running | finished | aborted | client_disconnected
+    emit_upto: int = 0              # tokens released to the stream so far (stream_interval rule)
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.output_ids)
+
+    def text_upto(self, n: int) -> str:
+        """Decoded text of the first n output tokens."""
+        return self.text[:self.text_ends[n - 1]] if n > 0 else ""
+
+    def text_between(self, a: int, b: int) -> str:
+        return self.text[(self.text_ends[a - 1] if a > 0 else 0):(self.text_ends[b - 1] if b > 0 else 0)]
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def correct_drafts(self) -> int:
+        return sum(self.accepted) - len(self.accepted)
+
+    def record(self) -> dict:
+        """The ground-truth row of GET /emulator/requests."""
+        return {"rid": self.rid, "id": self.id, "kind": self.kind, "route": self.route,
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "spec_verify_ct": self.spec_verify_ct,
+                "finish_reason": self.finish_reason["type"] if self.finish_reason else None,
+                "status": self.status, "fault": self.fault.record() if self.fault else None, "t_received_ns": self.t_received_ns,
+                "t_first_ns": self.t_first_ns or None, "t_done_ns": self.t_done_ns or None}
+
+
+@dataclass(slots=True)
+class Counters:
+    """Server-lifetime counters: what /get_server_info and /metrics report."""
+
+    verify_steps: int = 0           # since start or the last /flush_cache
+    verify_tokens: int = 0
+    decode_steps: int = 0
+    avg_spec_accept_length: float = 0.0
+    last_gen_throughput: float = 0.0
+    log_tokens: int = 0
+    log_t: float = field(default_factory=time.perf_counter)
+    num_requests_total: int = 0
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    spec_verify_calls_total: int = 0
+
+
+class Engine:
+    """Waiting queue + running batch + the stepping loop. All methods run on the event loop thread."""
+
+    def __init__(self, cost: CostModel, spec: SpecConfig, model: ModelProfile, *, max_running: int,
+                 max_queued: int | None, seed: int, decode_log_interval: int) -> None:
+        self.cost, self.spec, self.model = cost, spec, model
+        self.max_running, self.max_queued = max_running, max_queued
+        self.kv_budget = int(model.kv_pool_tokens * spec.profile.kv_pool_fraction)
+        self.decode_log_interval = max(1, decode_log_interval)
+        self.rng = random.Random(seed)
+        self.waiting: deque[EmuRequest] = deque()
+        self.running: list[EmuRequest] = []
+        self.ledger: list[EmuRequest] = []
+        self.counters = Counters()
+        self._kv_used = 0
+        self._wake = asyncio.Event()
+        self._deadline = 0.0
+        self._task: asyncio.Task | None = None
+
+    # ---- lifecycle
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="emulator-engine")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---- requests
+    def submit(self, req: EmuRequest) -> None:
+        """Queue a request; raises QueueFull when --max-queued-requests is reached."""
+        self.ledger.append(req)
+        c = self.counters
+        c.num_requests_total += 1
+        c.prompt_tokens_total += req.prompt_tokens
+        if self.max_queued is not None and len(self.waiting) >= self.max_queued:
+            raise QueueFull()
+        self._plan(req)
+        self.waiting.append(req)
+        self._wake.set()
+
+    def _plan(self, req: EmuRequest) -> None:
+        """Draw the request's output length (natural stop unless ignore_eos) and acceptance probability."""
+        prof = self.spec.profile
+        req.target_len = req.max_new_tokens
+        if not req.ignore_eos:
+            u = self.rng.random()
+            natural = 1 + int(-self.model.natural_output_mean * math.log(1.0 - u))
+            natural = max(natural, req.min_new_tokens)
+            if natural < req.max_new_tokens:
+                req.target_len, req.natural_stop = natural, True
+        p = prof.p_for(req.kind) + self.rng.gauss(0.0, prof.accept_sigma) if prof.accept_sigma else prof.p_for(req.kind)
+        req.p_accept = min(0.99, max(0.0, p))
+
+    def abort(self, req: EmuRequest, status: str, message: str = "", status_code: int = 400) -> None:
+        """Take a request out at once (frees its batch slot and KV reservation) and end its stream."""
+        if req.done:
+            if status == "client_disconnected" and not req.t_done_ns:
+                req.status = status
+            return
+        if req.status == "queued":
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+        elif req.status == "running":
+            self._release(req)
+        req.status = status
+        req.finish_reason = {"type": "abort", "message": message or status, "status_code": status_code,
+                             "err_type": None}
+        req.emit_upto = len(req.output_ids)
+        req.t_done_ns = req.t_done_ns or time.time_ns()
+        req.event.set()
+        self._wake.set()
+
+    def reset_ledger(self) -> None:
+        self.ledger = [r for r in self.ledger if not r.done]
+
+    def flush(self) -> None:
+        """/flush_cache: reset the speculative counters (lifetime averages start again)."""
+        c = self.counters
+        c.verify_steps = c.verify_tokens = 0
+        c.avg_spec_accept_length = 0.0
+
+    # ---- scheduling
+    def _reserve(self, req: EmuRequest) -> int:
+        return req.prompt_tokens + req.max_new_tokens + self.spec.verify_tokens
+
+    def _release(self, req: EmuRequest) -> None:
+        self.running.remove(req)
+        self._kv_used -= self._reserve(req)
+
+    def _admit(self) -> list[EmuRequest]:
+        admitted: list[EmuRequest] = []
+        while self.waiting and len(self.running) < self.max_running:
+            req = self.waiting[0]
+            need = self._reserve(req)
+            if self._kv_used + need > self.kv_budget and self.running:
+                break
+            self.waiting.popleft()
+            self._kv_used += need
+            req.status = "running"
+            req.t_admitted_ns = time.time_ns()
+            self.running.append(req)
+            admitted.append(req)
+        return admitted
+
+    async def _sleep(self, dur: float) -> None:
+        """Sleep to an absolute deadline so event-loop overshoot does not accumulate over steps."""
+        if dur <= 0.0:
+            await asyncio.sleep(0)
+            return
+        now = asyncio.get_running_loop().time()
+        self._deadline = max(self._deadline, now) + dur
+        await asyncio.sleep(self._deadline - now)
+
+    async def _run(self) -> None:
+        while True:
+            if not self.busy:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            admitted = self._admit()
+            if admitted:
+                await self._sleep(self.cost.prefill_time([r.prompt_tokens for r in admitted]))
+                for req in admitted:
+                    if req.status == "running":
+                        self._append(req, 1, verify=False)
+                continue
+            if not self.running:              # everything waiting is blocked: wait for a change
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = list(self.running)
+            ctx = [r.prompt_tokens + len(r.output_ids) for r in batch]
+            await self._sleep(self.cost.decode_time(ctx))
+            self._decode(batch)
+
+    def _draw_accept(self, req: EmuRequest) -> int:
+        """Tokens one verify step commits: leading accepted drafts + the bonus token."""
+        n, p, decay, rnd = 1, req.p_accept, self.spec.profile.accept_decay, self.rng.random
+        for _ in range(self.spec.verify_tokens - 1):
+            if rnd() >= p:
+                break
+            n += 1
+            p *= decay
+        return n
+
+    def _decode(self, batch: list[EmuRequest]) -> None:
+        c = self.counters
+        spec_on = self.spec.enabled
+        for req in batch:
+            if req.status != "running":
+                continue
+            n = self._draw_accept(req) if spec_on else 1
+            self._append(req, n, verify=spec_on)
+        c.decode_steps += 1
+        if c.decode_steps % self.decode_log_interval == 0:
+            now = time.perf_counter()
+            if c.verify_steps:
+                c.avg_spec_accept_length = c.verify_tokens / c.verify_steps
+            c.last_gen_throughput = c.log_tokens / max(1e-9, now - c.log_t)
+            c.log_tokens, c.log_t = 0, now
+
+    def _append(self, req: EmuRequest, n: int, *, verify: bool) -> None:
+        """Commit up to n tokens to a request (fewer if it reaches its end), then apply the stream rule."""
+        n = max(0, min(n, req.target_len - len(req.output_ids)))
+        c = self.counters
+        if verify:
+            req.spec_verify_ct += 1
+            req.accepted.append(n)
+            c.verify_steps += 1
+            c.verify_tokens += n
+            c.spec_verify_calls_total += 1
+        ids = vocab.sample_ids(self.rng, req.kind, n)
+        if req.natural_stop and len(req.output_ids) + n == req.target_len and ids:
+            ids[-1] = self.model.eos_token_id
+        req.output_ids.extend(ids)
+        text, ends, eos = req.text, req.text_ends, self.model.eos_token_id
+        for i in ids:
+            if i != eos:
+                text += vocab.PIECES[i - vocab.BASE_ID]
+            ends.append(len(text))
+        req.text = text
+        c.log_tokens += n
+        c.generation_tokens_total += n
+        total = len(req.output_ids)
+        if total >= req.target_len:
+            self._release(req)
+            req.status = "finished"
+            req.finish_reason = ({"type": "stop", "matched": self.model.eos_token_id} if req.natural_stop
+                                 else {"type": "length", "length": req.max_new_tokens})
+            req.emit_upto = total
+            req.event.set()
+            self._wake.set()
+        elif req.emit_upto == 0 or total - req.emit_upto >= req.stream_interval:
+            req.emit_upto = total
+            req.event.set()

@@ -1,0 +1,22 @@
+"""Small pieces every route shares: the app key of the emulator state, JSON responses, SGLang error bodies."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from loadgen.emulator.server import Emulator
+
+EMU: web.AppKey["Emulator"] = web.AppKey("emu")
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+def error_body(message: str, status: int, type_: str | None = None) -> dict:
+    """SGLang's ErrorResponse body (HTTP errors and OpenAI-route errors)."""
+    return {"object": "error", "message": message, "type": type_ or str(status), "param": None, "code": status}

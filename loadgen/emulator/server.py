@@ -1,0 +1,259 @@
+"""The emulator's aiohttp application: state shared by the routes, server-state routes, ground truth."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+from aiohttp import web
+
+from loadgen import __version__ as loadgen_version
+from loadgen.emulator import profiles
+from loadgen.emulator.costmodel import CostModel
+from loadgen.emulator.engine import Engine, EmuRequest, QueueFull
+from loadgen.emulator.faults import FaultPicker
+from loadgen.emulator.httputil import EMU, error_body, json_response
+from loadgen.emulator.native import generate
+from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
+from loadgen.emulator.spec import SpecConfig, resolve
+
+SGLANG_VERSION = "0.5.23"
+
+
+class Emulator:
+    """Everything one emulated server holds: flags, resolved spec config, cost model, engine, faults."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.hardware = profiles.load("hardware", args.hardware)
+        self.model = profiles.load("models", args.model_profile)
+        self.spec: SpecConfig = resolve(args.speculative_algorithm, args.speculative_num_steps,
+                                        args.speculative_eagle_topk, args.speculative_num_draft_tokens,
+                                        args.speculative_draft_model_path)
+        self.cost = CostModel(self.hardware, self.model, self.spec, args.time_scale)
+        self.engine = Engine(self.cost, self.spec, self.model, max_running=args.max_running_requests,
+                             max_queued=args.max_queued_requests, seed=args.seed,
+                             decode_log_interval=args.decode_log_interval)
+        self.faults = FaultPicker(args)
+        self.served_model_name = args.served_model_name or args.model_path
+        self.t_start = time.perf_counter()
+        self.startup_time = time.time()
+
+    # ---- readiness
+    @property
+    def starting(self) -> bool:
+        return time.perf_counter() - self.t_start < self.args.startup_delay_s
+
+    async def ready(self) -> None:
+        """Requests sent while the server is starting wait until it is up."""
+        left = self.args.startup_delay_s - (time.perf_counter() - self.t_start)
+        if left > 0:
+            await asyncio.sleep(left)
+
+    # ---- requests
+    def expected_tokens_per_step(self, kind: str) -> float:
+        """Mean accepted tokens per verify step for a kind (the truncated-geometric mean)."""
+        if not self.spec.enabled:
+            return 1.0
+        prof, total, term = self.spec.profile, 1.0, 1.0
+        p = prof.p_for(kind)
+        for _ in range(self.spec.verify_tokens - 1):
+            term *= p
+            total += term
+            p *= prof.accept_decay
+        return total
+
+    def new_request(self, prompt: str | list[int], route: str, *, rid: str | None, max_new_tokens: int,
+                    min_new_tokens: int, ignore_eos: bool, stream_interval: int | None,
+                    stream: bool) -> EmuRequest:
+        if isinstance(prompt, str):
+            kind, ptoks = infer_kind(prompt), estimate_tokens(prompt)
+        else:
+            kind, ptoks = "prose", max(1, len(prompt))
+        interval = stream_interval or self.args.stream_interval
+        req = EmuRequest(id=rid or uuid.uuid4().hex, rid=rid, kind=kind, route=route, prompt_tokens=ptoks,
+                         max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, ignore_eos=ignore_eos,
+                         stream_interval=interval)
+        if stream and self.faults.enabled:
+            per_frame = max(float(interval), self.expected_tokens_per_step(kind))
+            req.fault = self.faults.pick(int(max_new_tokens / per_frame))
+        return req
+
+    def submit(self, req: EmuRequest) -> None:
+        try:
+            self.engine.submit(req)
+        except QueueFull:
+            self.engine.abort(req, "aborted", "The request queue is full.", 503)
+
+    def http_fault(self, req: EmuRequest) -> web.Response:
+        """--fault-http: answer at once with the status and SGLang's error body; recorded, never run."""
+        self.engine.ledger.append(req)
+        status = req.fault.info["status"]
+        req.fault.applied = True
+        req.status, req.t_done_ns = "faulted", time.time_ns()
+        msg = f"emulator fault injection: HTTP {status} (id {req.id})"
+        return json_response(error_body(msg, status), status)
+
+    async def wait_whole(self, req: EmuRequest, build: Callable[[], web.Response]) -> web.Response:
+        """Non-streaming: wait for the end; a client disconnect aborts the request at once."""
+        try:
+            while not req.done:
+                await req.event.wait()
+                req.event.clear()
+        except asyncio.CancelledError:
+            self.engine.abort(req, "client_disconnected")
+            raise
+        resp = build()
+        req.t_first_ns = req.t_first_ns or time.time_ns()
+        req.t_done_ns = req.t_done_ns or time.time_ns()
+        return resp
+
+    def abort_error(self, req: EmuRequest) -> web.Response | None:
+        """A non-streaming abort with a status code is an HTTP error, as SGLang raises it."""
+        fr = req.finish_reason or {}
+        code = fr.get("status_code")
+        if fr.get("type") == "abort" and code and 400 <= code < 600:
+            return json_response(error_body(fr.get("message", "aborted"), code), code)
+        return None
+
+    def native_whole(self, req: EmuRequest, fmt) -> web.Response:
+        err = self.abort_error(req)
+        if err is not None:
+            return err
+        n = len(req.output_ids)
+        return json_response({"text": req.text, "output_ids": list(req.output_ids),
+                              "meta_info": fmt.meta(req, n, True)})
+
+    # ---- server state
+    def server_args(self) -> dict:
+        a, s = self.args, self.spec
+        return {
+            "model_path": a.model_path, "tokenizer_path": a.model_path, "served_model_name": self.served_model_name,
+            "host": a.host, "port": a.port, "random_seed": a.seed,
+            "speculative_algorithm": s.algorithm, "speculative_num_steps": s.num_steps,
+            "speculative_eagle_topk": s.eagle_topk, "speculative_num_draft_tokens": s.num_draft_tokens,
+            "speculative_draft_model_path": s.draft_model_path,
+            "max_running_requests": a.max_running_requests, "max_queued_requests": a.max_queued_requests,
+            "stream_interval": a.stream_interval, "incremental_streaming_output": a.incremental_streaming_output,
+            "enable_metrics": a.enable_metrics, "decode_log_interval": a.decode_log_interval,
+            "context_length": self.model.context_len, "max_total_num_tokens": self.engine.kv_budget,
+            "tp_size": 1, "dp_size": 1,
+        }
+
+    def server_info(self) -> dict:
+        c = self.engine.counters
+        state = {"avg_spec_accept_length": c.avg_spec_accept_length if self.spec.enabled else None,
+                 "last_gen_throughput": c.last_gen_throughput,
+                 "memory_usage": {"weight": self.model.weight_gb, "kvcache": 0.0, "token_capacity": self.engine.kv_budget},
+                 "num_running_reqs": len(self.engine.running), "num_waiting_reqs": len(self.engine.waiting)}
+        return {**self.server_args(), "startup_time": self.startup_time, "internal_states": [state],
+                "version": SGLANG_VERSION, "frontend": "python", "emulated": True,
+                "emulator": {"hardware": self.hardware.name, "model_profile": self.model.name,
+                             "algorithm_profile": self.spec.variant, "time_scale": self.args.time_scale,
+                             "seed": self.args.seed, "loadgen_version": loadgen_version,
+                             "dflash_version": self.spec.dflash.version if self.spec.dflash else None}}
+
+
+# ---- routes
+def _emu(request: web.Request) -> Emulator:
+    return request.app[EMU]
+
+
+async def get_server_info(request: web.Request) -> web.Response:
+    return json_response(_emu(request).server_info())
+
+
+async def get_model_info(request: web.Request) -> web.Response:
+    emu = _emu(request)
+    return json_response({"model_path": emu.args.model_path, "served_model_name": emu.served_model_name,
+                          "tokenizer_path": emu.args.model_path, "is_generation": True,
+                          "preferred_sampling_params": None, "weight_version": "default",
+                          "model_type": "qwen3_5", "architectures": emu.model.architectures})
+
+
+async def v1_models(request: web.Request) -> web.Response:
+    emu = _emu(request)
+    return json_response({"object": "list", "data": [
+        {"id": emu.served_model_name, "object": "model", "created": int(emu.startup_time), "owned_by": "sglang",
+         "root": emu.served_model_name, "parent": None, "max_model_len": emu.model.context_len}]})
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    emu = _emu(request)
+    if emu.engine.busy:
+        return web.Response(status=400, text="Flush cache failed.\n")
+    emu.engine.flush()
+    return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there are "
+                             "running or waiting requests, the operation will not be performed.)\n")
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=503 if _emu(request).starting else 200)
+
+
+async def health_generate(request: web.Request) -> web.Response:
+    """200 after a 1-token generation succeeds (not recorded as load); 503 while starting."""
+    emu = _emu(request)
+    if emu.starting:
+        return web.Response(status=503)
+    if not emu.engine.busy:
+        req = emu.new_request([0], "health", rid=None, max_new_tokens=1, min_new_tokens=0, ignore_eos=True,
+                              stream_interval=None, stream=False)
+        emu.engine.submit(req)
+        emu.engine.ledger.remove(req)
+        await emu.wait_whole(req, lambda: web.Response())
+    return web.Response(status=200)
+
+
+async def emulator_requests(request: web.Request) -> web.Response:
+    return json_response({"requests": [r.record() for r in _emu(request).engine.ledger]})
+
+
+async def emulator_reset(request: web.Request) -> web.Response:
+    _emu(request).engine.reset_ledger()
+    return json_response({"ok": True})
+
+
+@web.middleware
+async def api_key_middleware(request: web.Request, handler):
+    """--api-key: every route but /health*, /ready and /metrics needs `Authorization: Bearer KEY`."""
+    key = request.app[EMU].args.api_key
+    path = request.path
+    if key and not path.startswith(("/health", "/ready", "/metrics")):
+        auth = request.headers.get("Authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or token != key:
+            return json_response({"error": "Unauthorized"}, 401)
+    return await handler(request)
+
+
+def build_app(emu: Emulator) -> web.Application:
+    app = web.Application(middlewares=[api_key_middleware], client_max_size=64 * 1024 * 1024)
+    app[EMU] = emu
+    r = app.router
+    r.add_route("POST", "/generate", generate)
+    r.add_route("PUT", "/generate", generate)
+    r.add_get("/get_server_info", get_server_info)
+    r.add_get("/server_info", get_server_info)
+    r.add_get("/get_model_info", get_model_info)
+    r.add_get("/model_info", get_model_info)
+    r.add_get("/v1/models", v1_models)
+    r.add_route("*", "/flush_cache", flush_cache)
+    r.add_get("/health", health)
+    r.add_get("/ready", health)
+    r.add_get("/health_generate", health_generate)
+    r.add_get("/emulator/requests", emulator_requests)
+    r.add_post("/emulator/reset", emulator_reset)
+
+    async def on_startup(app: web.Application) -> None:
+        emu.engine.start()
+
+    async def on_cleanup(app: web.Application) -> None:
+        await emu.engine.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app
