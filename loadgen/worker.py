@@ -120,7 +120,7 @@ class LoadWorker:
             prompt = self.prompts[n % len(self.prompts)]
             t = now_ns()
             phase = "warmup" if t < step.t_measure_start_ns else "measure" if t < step.t_measure_end_ns else "drain"
-            state = StreamState(f"{step.run_id[:8]}-s{step.step_id}-{self.name}-{n}", prompt, phase, t,
+            state = StreamState(f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", prompt, phase, t,
                                 self.frames)
             body = self.adapter.body(state.request_id, prompt, self.sampling)
             self.sent += 1

@@ -60,7 +60,7 @@ def emulator(*flags: str, timeout_s: float = 30.0) -> Iterator[str]:
         log.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def emulator_factory():
     return emulator
 

@@ -33,9 +33,9 @@ def _truth(url: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def finished_run(ray_local, emulator_factory, tmp_path_factory):
     draft = Path(__file__).parents[1] / "loadgen/emulator/drafts/dflash2"
-    with emulator_factory("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+    with emulator_factory("--model-path", "m", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
                           "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4") as mtp, \
-         emulator_factory("--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "8",
+         emulator_factory("--model-path", "m", "--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "8",
                           "--speculative-draft-model-path", str(draft)) as dflash:
         exp = parse_experiment(_experiment(mtp, dflash), Path("."))
         results = tmp_path_factory.mktemp("results")
@@ -56,8 +56,12 @@ def test_run_completes(finished_run):
 def test_one_requests_row_per_request_the_server_saw(finished_run):
     outcome, truth = finished_run
     for target, seen in truth.items():
-        rows = _query(outcome, f"SELECT request_id FROM requests WHERE target = '{target}'")
-        assert sorted(r[0] for r in rows) == sorted(t["rid"] for t in seen)
+        rows = dict(_query(outcome, f"SELECT request_id, status FROM requests WHERE target = '{target}'"))
+        assert len(rows) == len(_query(outcome, f"SELECT * FROM requests WHERE target = '{target}'"))
+        server_rids = [t["rid"] for t in seen]
+        assert len(set(server_rids)) == len(server_rids) and set(server_rids) <= set(rows)
+        # the only requests the server never saw are drain requests cut while connecting
+        assert {rows[r] for r in set(rows) - set(server_rids)} <= {"cancelled"}
 
 
 def test_acceptance_per_concurrency_equals_ground_truth(finished_run):
@@ -66,12 +70,12 @@ def test_acceptance_per_concurrency_equals_ground_truth(finished_run):
     table = analysis.run_query(con, "acceptance_by_concurrency").to_pylist()
     measured = {(r[0], r[1]): r[2] for r in con.execute(
         "SELECT server_request_id, target, concurrency FROM requests JOIN steps USING (run_id, step_id, target) "
-        "WHERE phase = 'measure' AND status = 'ok'").fetchall()}
+        "WHERE phase = 'measure' AND requests.status = 'ok'").fetchall()}
     for row in table:
         seen = [t for t in truth[row["target"]] if measured.get((t["id"], row["target"])) == row["concurrency"]]
         assert seen, row
         expected = sum(t["completion_tokens"] for t in seen) / sum(t["spec_verify_ct"] for t in seen)
-        assert row["accept_len"] == pytest.approx(expected, rel=1e-9)
+        assert row["accept_len"] == pytest.approx(expected, abs=5e-4)  # the query rounds to 3 places
     assert {(r["target"], r["concurrency"]) for r in table} == {(t, c) for t in truth for c in LEVELS}
 
 
