@@ -9,11 +9,8 @@
 WITH pick AS (
     SELECT coalesce(getvariable('run_a'), (SELECT arg_min(run_id, started_at_ns) FROM runs)) AS run_a,
            coalesce(getvariable('run_b'), (SELECT arg_max(run_id, started_at_ns) FROM runs)) AS run_b
-), l AS (
-    SELECT l.*, s.series_rank
-    FROM level_results l
-    JOIN series s ON s.run_id = l.run_id AND s.target = l.target AND s.algorithm IS NOT DISTINCT FROM l.algorithm
-                 AND s.draft_tokens IS NOT DISTINCT FROM l.draft_tokens
+), l AS MATERIALIZED (
+    SELECT * FROM level_results
 )
 SELECT a.run_id AS run_a, b.run_id AS run_b, a.series_rank AS series, a.concurrency, a.rate,
        a.target AS target_a, a.algorithm AS algorithm_a, a.draft_tokens AS draft_tokens_a,

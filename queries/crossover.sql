@@ -8,7 +8,7 @@
 WITH w AS (
     SELECT *, sign(tok_s_change_pct) AS side
     FROM comparison
-    WHERE tok_s_change_pct <> 0
+    WHERE NOT is_baseline AND tok_s_change_pct <> 0
 ), walk AS (
     SELECT *,
            lag(side) OVER pair AS previous_side,
@@ -25,7 +25,7 @@ SELECT run_id, baseline_target, baseline_algorithm, target, algorithm,
        if(side > 0, target, baseline_target) AS winner,
        round(previous_change_pct, 1) AS previous_tok_s_change_pct,
        round(tok_s_change_pct, 1) AS tok_s_change_pct,
-       signal, emulated
+       signal, any_emulated AS emulated
 FROM walk
 WHERE previous_side IS NOT NULL AND side <> previous_side
 ORDER BY run_id, target, algorithm, concurrency, rate;

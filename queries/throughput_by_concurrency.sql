@@ -12,12 +12,12 @@
 SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency, s.rate, s."repeat",
        round(t.window_s, 3) AS window_s,
        round(t.tok_s, 2) AS tok_s, round(t.tok_s_ok, 2) AS tok_s_ok, round(t.req_s, 3) AS req_s,
-       round(l.q[1], 2) AS decode_tok_s_p50, round(l.q[2], 2) AS decode_tok_s_p90,
-       round(l.q[3], 2) AS decode_tok_s_p99,
+       round(d.s.q[1], 2) AS decode_tok_s_p50, round(d.s.q[2], 2) AS decode_tok_s_p90,
+       round(d.s.q[3], 2) AS decode_tok_s_p99,
        t.window_frames, t.frames_unknown_tokens,
        s.emulated
 FROM step_info s
 JOIN step_throughput t USING (run_id, step_id, target)
-LEFT JOIN step_latency l ON l.run_id = s.run_id AND l.step_id = s.step_id AND l.target = s.target
-                        AND l.metric = 'decode_tok_s'
+LEFT JOIN (SELECT run_id, step_id, target, sample_stats(decode_tok_s) AS s FROM measured WHERE status = 'ok'
+           GROUP BY run_id, step_id, target) d USING (run_id, step_id, target)
 ORDER BY s.run_id, s.target_index, s.target, s.algorithm, s.concurrency, s.rate, s."repeat", s.step_id;
