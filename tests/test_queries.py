@@ -1,0 +1,201 @@
+"""Per-step metrics of queries/*.sql against hand-built folders whose answers are worked out here by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadgen.analysis import open_results, run_query
+from sqlfixtures import Results
+
+
+def query(root: Path, name: str, run_ids: list[str] | None = None, **params) -> list[dict]:
+    return run_query(open_results(root, run_ids), name, params).to_pylist()
+
+
+def one_step(**step) -> Results:
+    """A run 'r' with step 1 on target 't', window [1000 ms, 2000 ms)."""
+    r = Results()
+    r.run("r")
+    r.step("r", 1, "t", **step)
+    return r
+
+
+def test_acceptance_token_weighted_and_mean_over_measured_ok_only(tmp_path):
+    r = one_step()
+    r.request("r", 1, "t", "a", sent_ms=1100, frames=[(1200, 4), (1300, 6)], spec_verify_ct=4)    # 10/4
+    r.request("r", 1, "t", "b", sent_ms=1100, frames=[(1200, 20)], spec_verify_ct=5)              # 20/5
+    r.request("r", 1, "t", "c", sent_ms=1100, frames=[(1200, 6)], spec_verify_ct=3)               # 6/3
+    r.request("r", 1, "t", "warm", sent_ms=500, frames=[(600, 50)], spec_verify_ct=1, phase="warmup")
+    r.request("r", 1, "t", "broken", sent_ms=1100, frames=[(1200, 50)], spec_verify_ct=1, status="stream_broken")
+    r.request("r", 1, "t", "nospec", sent_ms=1100, frames=[(1200, 9)], spec_verify_ct=None)
+    r.request("r", 1, "t", "zero", sent_ms=1100, frames=[(1200, 9)], spec_verify_ct=0)
+    [row] = query(r.write(tmp_path), "acceptance_by_concurrency")
+    assert row["ok_requests"] == 5 and row["spec_requests"] == 3
+    assert row["accept_len"] == 3.0                          # (10 + 20 + 6) / (4 + 5 + 3)
+    assert row["accept_len_mean"] == round((2.5 + 4 + 2) / 3, 3)
+    assert row["emulated"] is True
+
+
+def test_acceptance_is_null_without_spec_keys_and_without_usage(tmp_path):
+    r = Results()
+    r.run("r")
+    r.step("r", 1, "none", algorithm="NONE", target_index=0)
+    r.request("r", 1, "none", "a", sent_ms=1100, frames=[(1200, 1), (1300, 1)])
+    r.step("r", 1, "nousage", target_index=1)
+    r.request("r", 1, "nousage", "b", sent_ms=1100, frames=[(1200, None)], completion_tokens=None,
+              spec_verify_ct=None)
+    rows = {x["target"]: x for x in query(r.write(tmp_path), "acceptance_by_concurrency")}
+    assert rows["none"]["spec_requests"] == 0 and rows["none"]["accept_len"] is None
+    assert rows["nousage"]["ok_requests"] == 1 and rows["nousage"]["accept_len"] is None
+
+
+def test_acceptance_by_kind_splits_code_and_prose(tmp_path):
+    r = one_step()
+    r.request("r", 1, "t", "c1", sent_ms=1100, frames=[(1200, 2), (1300, 6)], spec_verify_ct=2, prompt_kind="code")
+    r.request("r", 1, "t", "p1", sent_ms=1100, frames=[(1200, 3)], spec_verify_ct=3, prompt_kind="prose")
+    r.request("r", 1, "t", "p2", sent_ms=1100, frames=[(1200, 9)], spec_verify_ct=3, prompt_kind="prose")
+    rows = {x["prompt_kind"]: x for x in query(r.write(tmp_path), "acceptance_by_kind")}
+    assert set(rows) == {"(all)", "code", "prose"}
+    assert rows["code"]["accept_len"] == 4.0 and rows["code"]["tokens_per_frame"] == 4.0   # 8/2, 8 tokens/2 frames
+    assert rows["prose"]["accept_len"] == 2.0 and rows["prose"]["accept_len_mean"] == 2.0  # 12/6; mean(1, 3)
+    assert rows["(all)"]["accept_len"] == 2.5                                             # 20/8
+    assert rows["(all)"]["tokens_per_frame"] == 5.0                                       # 20 tokens / 4 frames
+
+
+def test_acceptance_by_position_buckets_frames_by_their_last_token(tmp_path):
+    r = one_step()
+    # cum_tokens 1, 21, 41, 61: last-token positions 1, 21 -> 1-32; 41, 61 -> 33-64
+    r.request("r", 1, "t", "a", sent_ms=1100, frames=[(1200, 1), (1210, 20), (1220, 20), (1230, 20)],
+              spec_verify_ct=4)
+    r.request("r", 1, "t", "b", sent_ms=1100, frames=[(1200, 5)], spec_verify_ct=1)
+    r.request("r", 1, "t", "f", sent_ms=1100, frames=[(1200, 50)], status="timeout")
+    root = r.write(tmp_path)
+    rows = [(x["positions"], x["requests"], x["frames"], x["tokens_per_frame"])
+            for x in query(root, "acceptance_by_position")]
+    assert rows == [("1-32", 2, 3, round(26 / 3, 3)), ("33-64", 1, 2, 20.0)]
+    rows16 = [x["positions"] for x in query(root, "acceptance_by_position", position_bucket=16)]
+    assert rows16 == ["1-16", "17-32", "33-48", "49-64"]
+
+
+def test_acceptance_sources_side_by_side_with_disagreement(tmp_path):
+    r = one_step()
+    r.request("r", 1, "t", "a", sent_ms=1100, frames=[(1200, 10), (1300, 20)], spec_verify_ct=10,
+              spec_accept_length=3.0)
+    r.request("r", 1, "t", "b", sent_ms=1100, frames=[(1200, 40)], spec_verify_ct=10, spec_accept_length=4.5)
+    r.server_sample("r", 1, "t", "avg_spec_accept_length", 0.0, t_ms=900, labels='{"when":"before"}')
+    r.server_sample("r", 1, "t", "avg_spec_accept_length", 3.85, t_ms=3000, labels='{"when":"after"}')
+    [row] = query(r.write(tmp_path), "acceptance_sources")
+    assert row["accept_len"] == 3.5                      # 70 / 20
+    assert row["tokens_per_frame"] == round(70 / 3, 3)   # 3 frames
+    assert row["server_final"] == 3.75 and row["server_info_after"] == 3.85
+    assert row["proxy_diff_pct"] == round(100 * (70 / 3 / 3.5 - 1), 1)
+    assert row["server_final_diff_pct"] == round(100 * (3.75 / 3.5 - 1), 1)
+    assert row["server_info_diff_pct"] == 10.0
+
+
+def test_throughput_counts_frames_inside_the_window_of_any_request(tmp_path):
+    r = one_step()
+    r.request("r", 1, "t", "ok", sent_ms=1050, frames=[(1000, 2), (1500, 3), (2000, 4)])   # 2000 is outside
+    r.request("r", 1, "t", "warm", sent_ms=800, frames=[(900, 5), (1200, 1)], phase="warmup")
+    r.request("r", 1, "t", "broke", sent_ms=1100, frames=[(1300, 2)], status="stream_broken")
+    r.request("r", 1, "t", "drain", sent_ms=1990, frames=[(1999, 7), (2500, 9)], phase="drain", status="cancelled")
+    r.request("r", 1, "t", "ok2", sent_ms=1600, frames=[(1700, 1)])
+    [row] = query(r.write(tmp_path), "throughput_by_concurrency")
+    assert row["window_s"] == 1.0
+    assert row["tok_s"] == 2 + 3 + 1 + 2 + 7 + 1          # every status, arrival inside [1000, 2000)
+    assert row["tok_s_ok"] == 2 + 3 + 1 + 1
+    assert row["req_s"] == 2.0                           # measured ok: ok, ok2
+    assert row["window_frames"] == 6 and row["frames_unknown_tokens"] == 0
+    # decode tok/s of 'ok': (9 - 1) tokens over 1000 ms -> 8; 'ok2' has 1 token: no TPOT
+    assert row["decode_tok_s_p50"] == 8.0
+
+
+def test_throughput_is_null_when_the_server_never_said_how_many_tokens(tmp_path):
+    r = one_step()
+    r.request("r", 1, "t", "a", sent_ms=1100, frames=[(1200, None), (1300, None)], completion_tokens=None)
+    [row] = query(r.write(tmp_path), "throughput_by_concurrency")
+    assert row["tok_s"] is None and row["frames_unknown_tokens"] == 2 and row["decode_tok_s_p50"] is None
+
+
+def test_latency_percentiles_of_measured_ok_requests(tmp_path):
+    r = one_step()
+    r.request("r", 1, "t", "a", sent_ms=1000, frames=[(1100, 1), (1150, 2), (1250, 4)], done_ms=1300)
+    r.request("r", 1, "t", "b", sent_ms=1200, frames=[(1400, 1), (1420, 1)])
+    r.request("r", 1, "t", "failed", sent_ms=1000, frames=[(1900, 1), (1999, 1)], status="stream_broken")
+    r.request("r", 1, "t", "warm", sent_ms=900, frames=[(1950, 1), (1990, 1)], phase="warmup")
+    rows = {x["metric"]: x for x in query(r.write(tmp_path), "latency_by_concurrency")}
+    assert list(rows) == ["ttft_ms", "itl_frame_ms", "itl_token_ms", "tpot_ms", "decode_tok_s", "e2e_ms"]
+    ttft = rows["ttft_ms"]                               # samples 100, 200
+    assert (ttft["n"], ttft["p50"], ttft["p90"], ttft["p99"], ttft["max"]) == (2, 150, 190, 199, 200)
+    itl = rows["itl_frame_ms"]                           # gaps 50, 100 (a) and 20 (b)
+    assert (itl["n"], itl["mean"], itl["p50"], itl["max"]) == (3, round(170 / 3, 2), 50, 100)
+    per_token = rows["itl_token_ms"]                     # 50/2, 100/4, 20/1
+    assert (per_token["p50"], per_token["max"]) == (25, 25)
+    tpot = rows["tpot_ms"]                               # a: 150 ms / 6, b: 20 ms / 1
+    assert (tpot["p50"], tpot["max"]) == (22.5, 25)
+    assert rows["decode_tok_s"]["max"] == 50 and rows["decode_tok_s"]["n"] == 2   # 1000/20, 1000/25
+    assert rows["e2e_ms"]["max"] == 300                  # a: done at 1300, sent at 1000
+
+
+def test_latency_without_usage_keeps_frame_gaps_only(tmp_path):
+    r = one_step()
+    r.request("r", 1, "t", "a", sent_ms=1000, frames=[(1100, None), (1130, None)], completion_tokens=None)
+    rows = {x["metric"]: x for x in query(r.write(tmp_path), "latency_by_concurrency")}
+    assert set(rows) == {"ttft_ms", "itl_frame_ms", "e2e_ms"}
+    assert rows["itl_frame_ms"]["p50"] == 30
+
+
+def test_errors_by_class_per_step_and_phase(tmp_path):
+    r = one_step()
+    for i in range(3):
+        r.request("r", 1, "t", f"ok{i}", sent_ms=1100, frames=[(1200, 1)])
+    r.request("r", 1, "t", "to", sent_ms=1100, frames=[], status="timeout", error="no frame for 30 s")
+    r.request("r", 1, "t", "w", sent_ms=500, frames=[(600, 1)], phase="warmup")
+    for i in range(2):
+        r.request("r", 1, "t", f"d{i}", sent_ms=1990, frames=[], phase="drain", status="cancelled")
+    rows = {x["status"]: x for x in query(r.write(tmp_path), "errors_by_class")}
+    assert list(rows) == ["ok", "timeout", "cancelled"]
+    assert (rows["ok"]["requests"], rows["ok"]["measured"], rows["ok"]["warmup"]) == (4, 3, 1)
+    assert rows["ok"]["pct_of_measured"] == 75.0 and rows["timeout"]["pct_of_measured"] == 25.0
+    assert rows["timeout"]["example_error"] == "no frame for 30 s"
+    assert (rows["cancelled"]["drain"], rows["cancelled"]["pct_of_measured"]) == (2, 0.0)
+
+
+def test_client_health_verdict_per_step(tmp_path):
+    r = Results()
+    r.run("r")
+    for step in (1, 2, 3):
+        r.step("r", step, "t", concurrency=4, window_ms=(step * 10_000, step * 10_000 + 5000))
+    for i in range(20):                                  # step 1: healthy, all samples at target
+        r.client_sample("r", 1, t_ms=10_000 + i * 250, in_flight=4, target_in_flight=4)
+    for i in range(20):                                  # step 2: lagging loop, in flight short half the time
+        r.client_sample("r", 2, t_ms=20_000 + i * 250, loop_lag_ms=50.0, in_flight=4 - i % 2, target_in_flight=4)
+    r.client_sample("r", 3, t_ms=29_000, loop_lag_ms=500.0)   # step 3: only a sample outside its window
+    rows = {x["step_id"]: x for x in query(r.write(tmp_path), "client_health")}
+    assert rows[1]["verdict"] == "ok" and rows[1]["distorted"] is False and rows[1]["in_flight_share"] == 1.0
+    assert rows[2]["distorted"] is True and rows[2]["in_flight_share"] == 0.5
+    assert rows[2]["verdict"] == ("suspect: loop lag p99 50.0 ms > 10 ms; "
+                                  "in flight at target in 50% of samples < 95%")
+    assert rows[3]["samples"] == 0 and rows[3]["distorted"] is None and rows[3]["verdict"].startswith("unknown")
+    relaxed = {x["step_id"]: x for x in query(tmp_path, "client_health", max_loop_lag_ms=60,
+                                              min_in_flight_share=0.5)}
+    assert relaxed[2]["verdict"] == "ok"
+
+
+def test_runs_lists_each_run_with_its_series_and_levels(tmp_path):
+    r = Results()
+    r.run("old", started_ms=0)
+    r.run("new", started_ms=100_000)
+    for run in ("old", "new"):
+        for c in (1, 4):
+            r.step(run, c, "mtp", target_index=0, algorithm="NEXTN", concurrency=c)
+            r.step(run, c, "dflash", target_index=1, algorithm="DFLASH", concurrency=c, repeat=0)
+            r.step(run, c + 10, "dflash", target_index=1, algorithm="DFLASH", concurrency=c, repeat=1)
+    root = r.write(tmp_path)
+    rows = query(root, "runs")
+    assert [x["run_id"] for x in rows] == ["old", "new"]
+    assert rows[0]["series"] == "mtp=NEXTN/8, dflash=DFLASH/8"
+    assert (rows[0]["steps"], rows[0]["concurrency"], rows[0]["repeats"], rows[0]["window_s"]) == (6, [1, 4], 2, 1.0)
+    assert [x["run_id"] for x in query(root, "runs", run_ids=["new"])] == ["new"]
