@@ -50,7 +50,7 @@ class _StreamProtocol(asyncio.Protocol):
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.transport: asyncio.Transport | None = None
         self.t_read = 0
-        self.t_last_read = 0
+        self.t_last_read = now_ns()  # the stall clock starts when the request is created
         self.status_code = 0
         self.error_body = b""
         self.complete = False

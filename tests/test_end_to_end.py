@@ -59,7 +59,8 @@ def test_one_requests_row_per_request_the_server_saw(finished_run):
         rows = dict(_query(outcome, f"SELECT request_id, status FROM requests WHERE target = '{target}'"))
         assert len(rows) == len(_query(outcome, f"SELECT * FROM requests WHERE target = '{target}'"))
         server_rids = [t["rid"] for t in seen]
-        assert len(set(server_rids)) == len(server_rids) and set(server_rids) <= set(rows)
+        assert len(set(server_rids)) == len(server_rids)
+        assert set(server_rids) <= set(rows), [t for t in seen if t["rid"] not in rows]
         # the only requests the server never saw are drain requests cut while connecting
         assert {rows[r] for r in set(rows) - set(server_rids)} <= {"cancelled"}
 

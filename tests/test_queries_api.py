@@ -1,0 +1,118 @@
+"""loadgen.analysis: bad input names the problem and the fix; render formats; the files run in the duckdb CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loadgen.analysis import QUERIES_DIR, list_queries, open_results, render, run_query
+from loadgen.errors import LoadgenError
+from loadgen.schema import SCHEMA_VERSION
+from sqlfixtures import Results
+
+ISSUE_QUERIES = {
+    "acceptance_by_concurrency", "throughput_by_concurrency", "latency_by_concurrency", "compare_algorithms",
+    "acceptance_by_kind", "acceptance_by_position", "acceptance_sources", "crossover", "repeats",
+    "concurrency_pair", "errors_by_class", "client_health", "runs", "compare_runs",
+}
+
+
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    r = Results()
+    r.run("r1")
+    r.run("r2", started_ms=100_000)
+    for run in ("r1", "r2"):
+        r.step(run, 1, "mtp", target_index=0, algorithm="NEXTN")
+        r.step(run, 1, "df", target_index=1, algorithm="DFLASH")
+        r.request(run, 1, "mtp", f"{run}-a", sent_ms=1100, frames=[(1200, 1), (1300, 3)], spec_verify_ct=2)
+        r.request(run, 1, "df", f"{run}-b", sent_ms=1100, frames=[(1200, 1), (1300, 7)], spec_verify_ct=2)
+    return r.write(tmp_path / "results")
+
+
+def test_the_issue_queries_exist():
+    assert ISSUE_QUERIES <= set(list_queries()) and "views" not in list_queries()
+    assert QUERIES_DIR == Path(__file__).parents[1] / "queries"
+
+
+def test_every_query_runs_and_labels_emulated_numbers(folder):
+    con = open_results(folder)
+    for name in list_queries():
+        table = run_query(con, name)
+        assert "emulated" in table.column_names, name
+
+
+def test_unknown_query_names_the_choices(folder):
+    with pytest.raises(LoadgenError, match="unknown query 'acceptance'.*acceptance_by_concurrency"):
+        run_query(open_results(folder), "acceptance")
+
+
+def test_unknown_parameter_is_refused(folder):
+    with pytest.raises(LoadgenError, match="unknown query parameter 'basline'"):
+        run_query(open_results(folder), "compare_algorithms", {"basline": "mtp"})
+
+
+def test_run_id_not_in_the_folder(folder):
+    with pytest.raises(LoadgenError, match="run id.* nope not in .*runs there: r1, r2"):
+        open_results(folder, ["r1", "nope"])
+
+
+def test_run_filter_limits_every_view(folder):
+    rows = run_query(open_results(folder, ["r2"]), "acceptance_by_concurrency").to_pylist()
+    assert {x["run_id"] for x in rows} == {"r2"} and len(rows) == 2
+
+
+def test_not_a_results_folder(tmp_path):
+    with pytest.raises(LoadgenError, match="not a loadgen results folder"):
+        open_results(tmp_path)
+
+
+def test_newer_schema_version_asks_for_an_upgrade(tmp_path):
+    r = Results()
+    r.run("future", schema_version=SCHEMA_VERSION + 1)
+    root = r.write(tmp_path)
+    with pytest.raises(LoadgenError, match=f"schema version {SCHEMA_VERSION + 1}.*upgrade loadgen"):
+        open_results(root)
+
+
+def test_render_formats(folder):
+    table = pa.table({"a": [1, None], "b": ["x", "y"], "ok": [True, False], "f": [1.5, float("nan")]})
+    assert json.loads(render(table, "json")) == [{"a": 1, "b": "x", "ok": True, "f": 1.5},
+                                                 {"a": None, "b": "y", "ok": False, "f": None}]
+    assert list(csv.reader(io.StringIO(render(table, "csv")))) == [["a", "b", "ok", "f"], ["1", "x", "true", "1.5"],
+                                                                   ["", "y", "false", "nan"]]
+    text = render(table, "table").splitlines()
+    assert text[0].split() == ["a", "b", "ok", "f"] and text[2].split() == ["1", "x", "true", "1.5"]
+    assert text[-1] == "(2 rows)"
+    with pytest.raises(LoadgenError, match="unknown format"):
+        render(table, "xml")
+
+
+def _cli(folder: Path, *commands: str, cwd: Path) -> str:
+    args = ["duckdb", "-csv", "-c", f"SET VARIABLE results = '{folder}'", "-c", ".read queries/views.sql"]
+    for c in commands:
+        args += ["-c", c]
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Error" not in done.stderr, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("duckdb") is None, reason="the duckdb CLI is not installed")
+def test_the_files_run_unchanged_in_the_duckdb_cli(folder):
+    repo = QUERIES_DIR.parent
+    out = _cli(folder, ".read queries/compare_algorithms.sql", cwd=repo)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(x["run_id"], x["baseline_target"], x["target"], x["tok_s_change_pct"]) for x in rows] == \
+        [("r1", "mtp", "df", "100.0"), ("r2", "mtp", "df", "100.0")]          # 8 vs 4 tokens in 1 s
+    filtered = _cli(folder, "SET VARIABLE run_ids = ['r2']", ".read queries/acceptance_by_concurrency.sql", cwd=repo)
+    assert {x["run_id"] for x in csv.DictReader(io.StringIO(filtered))} == {"r2"}
+    for name in list_queries():                                              # and every other file too
+        _cli(folder, f".read queries/{name}.sql", cwd=repo)
