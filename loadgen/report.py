@@ -205,7 +205,7 @@ def markdown_summary(data: dict[str, Rows]) -> str:
     lines = ["## loadgen results" + (" (emulated)" if emulated else ""), ""]
     for run in data["runs"]:
         lines.append(f"- run `{run['run_id']}`: {run['series']}, concurrency {_fmt(run['concurrency'])}, "
-                     f"up to {run["repeats"]} repeat(s), window {run['window_s']} s")
+                     f"up to {run['repeats']} repeat(s), window {run['window_s']} s")
     pairs: dict[tuple, Rows] = defaultdict(list)
     for row in data["compare_algorithms"]:
         pairs[(row["run_id"], row["baseline_target"], row["baseline_algorithm"], row["target"],
