@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--speculative-draft-model-path", default=None)
     g.add_argument("--max-running-requests", type=positive_int, default=64)
     g.add_argument("--max-queued-requests", type=positive_int, default=None)
+    g.add_argument("--max-prefill-tokens", type=positive_int, default=16384,
+                   help="prompt tokens one prefill forward may take (more new requests wait a forward)")
     g.add_argument("--stream-interval", type=positive_int, default=1)
     g.add_argument("--incremental-streaming-output", action="store_true")
     g.add_argument("--enable-metrics", action="store_true")

@@ -5,7 +5,7 @@ decode step = max(bytes / bandwidth, FLOPs / compute) + draft cost + overheads, 
           + a GDN state snapshot per verified token when the algorithm runs without ReplaySSM,
   FLOPs = 2 x params x (batch x tokens verified per request);
 draft cost: a chain (MTP/EAGLE) pays one draft-head forward per step (linear in draft depth), a block
-draft (DFlash) pays one forward per block, each itself max(bytes, FLOPs).
+draft (DFlash) pays one forward per block, each itself max(bytes, FLOPs) + a latency floor per forward.
 prefill = max(weights / bandwidth, 2 x params x new prompt tokens / prefill compute) (+ the draft's prefill).
 All numbers come from the profiles; `time_scale` > 1 runs the model that many times faster than real.
 """
@@ -35,6 +35,7 @@ class CostModel:
         self._p = model.params_b * 1e9
         self._dw = spec.profile.draft_weight_gb * 1e9
         self._dp = spec.profile.draft_params_b * 1e9
+        self._dfloor = spec.profile.draft_forward_ms / 1e3
         self._overhead = hw.step_overhead_ms / 1e3
         self._req_overhead = hw.request_overhead_ms / 1e3
 
@@ -47,9 +48,9 @@ class CostModel:
         prof, spec = self.spec.profile, self.spec
         if prof.draft == "chain":
             per_step = self._forward(self._dw, self._dp, batch * spec.eagle_topk, self._flops)
-            return spec.num_steps * per_step
+            return spec.num_steps * (per_step + self._dfloor)
         if prof.draft == "block":
-            return self._forward(self._dw, self._dp, batch * spec.num_draft_tokens, self._flops)
+            return self._forward(self._dw, self._dp, batch * spec.num_draft_tokens, self._flops) + self._dfloor
         return 0.0
 
     def decode_time(self, context_lens: Sequence[int]) -> float:

@@ -109,8 +109,10 @@ class Engine:
     """Waiting queue + running batch + the stepping loop. All methods run on the event loop thread."""
 
     def __init__(self, cost: CostModel, spec: SpecConfig, model: ModelProfile, *, max_running: int,
-                 max_queued: int | None, seed: int, decode_log_interval: int) -> None:
+                 max_queued: int | None, seed: int, decode_log_interval: int,
+                 max_prefill_tokens: int = 16384) -> None:
         self.cost, self.spec, self.model = cost, spec, model
+        self.max_prefill_tokens = max_prefill_tokens
         self.max_running, self.max_queued = max_running, max_queued
         self.kv_budget = int(model.kv_pool_tokens * spec.profile.kv_pool_fraction)
         self.decode_log_interval = max(1, decode_log_interval)
@@ -206,11 +208,15 @@ class Engine:
 
     def _admit(self) -> list[EmuRequest]:
         admitted: list[EmuRequest] = []
+        prefill_tokens = 0
         while self.waiting and len(self.running) < self.max_running:
             req = self.waiting[0]
             need = self._reserve(req)
             if self._kv_used + need > self.kv_budget and self.running:
                 break
+            if admitted and prefill_tokens + req.prompt_tokens > self.max_prefill_tokens:
+                break
+            prefill_tokens += req.prompt_tokens
             self.waiting.popleft()
             self._kv_used += need
             req.status = "running"
@@ -228,27 +234,36 @@ class Engine:
         self._deadline = max(self._deadline, now) + dur
         await asyncio.sleep(self._deadline - now)
 
+    def plan_step(self) -> tuple[str, list[EmuRequest], float] | None:
+        """Admit what fits, then choose the next forward: ("prefill" | "decode", batch, seconds).
+        None: nothing can run until a request arrives or leaves."""
+        admitted = self._admit()
+        if admitted:
+            return "prefill", admitted, self.cost.prefill_time([r.prompt_tokens for r in admitted])
+        if not self.running:
+            return None
+        batch = list(self.running)
+        return "decode", batch, self.cost.decode_time([r.prompt_tokens + len(r.output_ids) for r in batch])
+
+    def complete_step(self, kind: str, batch: list[EmuRequest]) -> None:
+        """Apply a planned forward once its time has passed (requests aborted meanwhile are skipped)."""
+        if kind == "prefill":
+            for req in batch:
+                if req.status == "running":
+                    self._append(req, 1, verify=False)
+        else:
+            self._decode(batch)
+
     async def _run(self) -> None:
         while True:
-            if not self.busy:
+            step = self.plan_step() if self.busy else None
+            if step is None:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            admitted = self._admit()
-            if admitted:
-                await self._sleep(self.cost.prefill_time([r.prompt_tokens for r in admitted]))
-                for req in admitted:
-                    if req.status == "running":
-                        self._append(req, 1, verify=False)
-                continue
-            if not self.running:              # everything waiting is blocked: wait for a change
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            batch = list(self.running)
-            ctx = [r.prompt_tokens + len(r.output_ids) for r in batch]
-            await self._sleep(self.cost.decode_time(ctx))
-            self._decode(batch)
+            kind, batch, seconds = step
+            await self._sleep(seconds)
+            self.complete_step(kind, batch)
 
     def _draw_accept(self, req: EmuRequest) -> int:
         """Tokens one verify step commits: leading accepted drafts + the bonus token."""

@@ -62,6 +62,7 @@ class AlgorithmProfile:
     default_num_draft_tokens: int = 0
     draft_weight_gb: float = 0.0
     draft_params_b: float = 0.0
+    draft_forward_ms: float = 0.0                # latency floor of one small-batch draft forward
     kv_pool_fraction: float = 1.0
     state_snapshot_mb: float = 0.0
     accept_decay: float = 1.0

@@ -36,7 +36,8 @@ class Emulator:
         self.cost = CostModel(self.hardware, self.model, self.spec, args.time_scale)
         self.engine = Engine(self.cost, self.spec, self.model, max_running=args.max_running_requests,
                              max_queued=args.max_queued_requests, seed=args.seed,
-                             decode_log_interval=args.decode_log_interval)
+                             decode_log_interval=args.decode_log_interval,
+                             max_prefill_tokens=args.max_prefill_tokens)
         self.faults = FaultPicker(args)
         self.served_model_name = args.served_model_name or args.model_path
         self.t_start = time.perf_counter()
@@ -137,6 +138,7 @@ class Emulator:
             "speculative_eagle_topk": s.eagle_topk, "speculative_num_draft_tokens": s.num_draft_tokens,
             "speculative_draft_model_path": s.draft_model_path,
             "max_running_requests": a.max_running_requests, "max_queued_requests": a.max_queued_requests,
+            "max_prefill_tokens": a.max_prefill_tokens,
             "stream_interval": a.stream_interval, "incremental_streaming_output": a.incremental_streaming_output,
             "enable_metrics": a.enable_metrics, "decode_log_interval": a.decode_log_interval,
             "context_length": self.model.context_len, "max_total_num_tokens": self.engine.kv_budget,
