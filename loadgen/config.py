@@ -114,7 +114,7 @@ def load_experiment(path: str | Path) -> Experiment:
     return parse_experiment(data, path.parent.resolve(), str(path))
 
 
-def parse_experiment(data: dict, base_dir: Path, source: str = "<config>") -> Experiment:
+def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> Experiment:
     top = _Table(data, "")
     run = _Table(top.get("run", dict, {}), "run")
     name = run.get("name", str, Path(source).stem)

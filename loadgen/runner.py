@@ -71,9 +71,10 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
     started = now_ns()
     _write_run(sink, exp, run_id, started, None, "running", "")
     servers: list = []
+    targets: list[_Target] = []
     status, reason = "failed", "unexpected error"
     try:
-        targets = _bring_up(exp, run_id, results, sink, servers, log)
+        targets += _bring_up(exp, run_id, results, sink, servers, log)
         steps = plan_steps(exp)
         log(f"run {run_id}: {len(steps)} steps over {len(targets)} targets -> {results}")
         incomplete = 0
@@ -92,6 +93,7 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
         signal.signal(signal.SIGTERM, previous_handler)
         _write_run(sink, exp, run_id, started, now_ns(), status, reason)
         ray.get(sink.flush.remote())
+        ray.get([w.close.remote() for t in targets for w in t.workers])
         ray.get([s.stop.remote() for s in servers])
     return RunResult(run_id, str(results), status, reason)
 

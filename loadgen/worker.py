@@ -78,6 +78,7 @@ class LoadWorker:
         self.background: list[asyncio.Task] = []
         self.measure_open = 0
         self.sent = 0
+        self.outcomes: dict[str, int] = {}
         self.session: aiohttp.ClientSession | None = None
 
     # control calls (run where the server is reachable)
@@ -92,6 +93,12 @@ class LoadWorker:
     async def flush_cache(self) -> None:
         await probe.flush_cache(await self._session(), self.target.url, self.api_key)
 
+    async def close(self) -> None:
+        """Release the control-call connection pool (end of run)."""
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
@@ -102,6 +109,7 @@ class LoadWorker:
         self.issuing = True
         self.measure_open = 0
         self.sent = 0
+        self.outcomes = {}
         self.run_task = asyncio.create_task(self._run(step))
 
     async def _run(self, step: StepSpec) -> None:
@@ -134,6 +142,7 @@ class LoadWorker:
             finally:
                 if phase == "measure":
                     self.measure_open -= 1
+                self.outcomes[state.status] = self.outcomes.get(state.status, 0) + 1
                 self.finished.append(state)
 
     async def progress(self) -> dict:
@@ -155,14 +164,11 @@ class LoadWorker:
             task.cancel()
         await asyncio.gather(*self.background, return_exceptions=True)
         self.slot_tasks, self.background, self.run_task = [], [], None
-        counts: dict[str, int] = {}
-        for state in self.finished:
-            counts[state.status] = counts.get(state.status, 0) + 1
         self._flush(step)
         await asyncio.gather(*self.pending_writes)
         self.pending_writes.clear()
         self.step = None
-        return counts
+        return dict(self.outcomes)
 
     # background tasks of a step
     async def _watchdog(self, step: StepSpec) -> None:

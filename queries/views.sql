@@ -29,9 +29,12 @@ CREATE OR REPLACE MACRO pct_change(new, old) AS 100 * (new / old - 1);
 CREATE OR REPLACE MACRO outside_spread(a_min, a_max, a_n, b_min, b_max, b_n) AS
     CASE WHEN greatest(a_n, b_n) < 2 THEN NULL ELSE a_min > b_max OR a_max < b_min END;
 
+-- A run writes its row twice: status 'running' at the start, the final status at the end (a driver killed
+-- with SIGKILL leaves only the first). The view keeps the newest row of each run.
 CREATE OR REPLACE VIEW runs AS
 SELECT * FROM read_parquet(getvariable('results') || '/runs/run_id=*/*.parquet')
-WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id)
+QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at_ns DESC NULLS LAST) = 1;
 
 CREATE OR REPLACE VIEW steps AS
 SELECT * FROM read_parquet(getvariable('results') || '/steps/run_id=*/*.parquet')
