@@ -125,6 +125,7 @@ class Engine:
         self._wake = asyncio.Event()
         self._deadline = 0.0
         self._task: asyncio.Task | None = None
+        self.observer = None            # metrics.Metrics when --enable-metrics: sees every token commit
 
     # ---- lifecycle
     def start(self) -> None:
@@ -188,6 +189,8 @@ class Engine:
         req.t_done_ns = req.t_done_ns or time.time_ns()
         req.event.set()
         self._wake.set()
+        if self.observer is not None:
+            self.observer.on_abort(req)
 
     def reset_ledger(self) -> None:
         self.ledger = [r for r in self.ledger if not r.done]
@@ -325,3 +328,5 @@ class Engine:
         elif req.emit_upto == 0 or total - req.emit_upto >= req.stream_interval:
             req.emit_upto = total
             req.event.set()
+        if self.observer is not None:
+            self.observer.on_tokens(req, n)

@@ -15,8 +15,10 @@ from loadgen.emulator import profiles
 from loadgen.emulator.costmodel import CostModel
 from loadgen.emulator.engine import Engine, EmuRequest, QueueFull
 from loadgen.emulator.faults import FaultPicker
+from loadgen.emulator.metrics import Metrics, render
 from loadgen.emulator.httputil import EMU, error_body, json_response
 from loadgen.emulator.native import generate
+from loadgen.emulator.openai_routes import chat_completions, completions
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
 from loadgen.emulator.spec import SpecConfig, resolve
 
@@ -39,6 +41,9 @@ class Emulator:
                              decode_log_interval=args.decode_log_interval,
                              max_prefill_tokens=args.max_prefill_tokens)
         self.faults = FaultPicker(args)
+        self.metrics = Metrics()
+        if args.enable_metrics:
+            self.engine.observer = self.metrics
         self.served_model_name = args.served_model_name or args.model_path
         self.t_start = time.perf_counter()
         self.startup_time = time.time()
@@ -210,6 +215,14 @@ async def health_generate(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+async def metrics(request: web.Request) -> web.Response:
+    emu = _emu(request)
+    if not emu.args.enable_metrics:
+        raise web.HTTPNotFound()
+    return web.Response(text=render(emu), content_type="text/plain", charset="utf-8",
+                        headers={"X-Content-Type": "text/plain; version=0.0.4"})
+
+
 async def emulator_requests(request: web.Request) -> web.Response:
     return json_response({"requests": [r.record() for r in _emu(request).engine.ledger]})
 
@@ -238,6 +251,8 @@ def build_app(emu: Emulator) -> web.Application:
     r = app.router
     r.add_route("POST", "/generate", generate)
     r.add_route("PUT", "/generate", generate)
+    r.add_post("/v1/completions", completions)
+    r.add_post("/v1/chat/completions", chat_completions)
     r.add_get("/get_server_info", get_server_info)
     r.add_get("/server_info", get_server_info)
     r.add_get("/get_model_info", get_model_info)
@@ -247,6 +262,7 @@ def build_app(emu: Emulator) -> web.Application:
     r.add_get("/health", health)
     r.add_get("/ready", health)
     r.add_get("/health_generate", health_generate)
+    r.add_get("/metrics", metrics)
     r.add_get("/emulator/requests", emulator_requests)
     r.add_post("/emulator/reset", emulator_reset)
 

@@ -1,0 +1,275 @@
+"""OpenAI-compatible `/v1/completions` and `/v1/chat/completions`, shaped byte for byte like SGLang 0.5.23:
+
+- content chunks of chat are msgspec-encoded (`usage` omitted unless continuous_usage_stats, `reasoning_content`
+  always present in the delta); completions chunks, the `sglext` chunk and the usage chunk are pydantic dumps
+  (all fields, nulls included; the completions usage chunk with exclude_none);
+- chat: a role frame first, content frames only for non-empty deltas, finish_reason in a separate frame;
+  completions: frames with empty text are sent too and the last one carries finish_reason;
+- status and headers only go out with the first output (validation errors are a plain JSON 400);
+- an abort with a status code becomes the streaming error chunk `data: {"error": {...}}` (json.dumps, with spaces).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from loadgen.emulator import streaming
+from loadgen.emulator.engine import EmuRequest
+from loadgen.emulator.httputil import EMU, error_body, json_response
+from loadgen.emulator.promptinfo import estimate_tokens
+
+if TYPE_CHECKING:
+    from loadgen.emulator.server import Emulator
+
+
+class BadRequest(ValueError):
+    """An OpenAI request the server refuses with 400 BadRequestError."""
+
+
+def _bad(message: str) -> web.Response:
+    return json_response(error_body(message, 400, "BadRequestError"), 400)
+
+
+def _int_field(body: dict, key: str) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise BadRequest(f"1 validation error for request\n{key}\n  Input should be a valid integer "
+                         f"[type=int_type, input_value={v!r}]")
+    if v < 0:
+        raise BadRequest(f"{key} must be non-negative, got {v}.")
+    return v
+
+
+def _bool_field(body: dict, key: str) -> bool:
+    v = body.get(key, False)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise BadRequest(f"1 validation error for request\n{key}\n  Input should be a valid boolean "
+                         f"[type=bool_type, input_value={v!r}]")
+    return v
+
+
+def chat_prompt(messages: Any) -> str:
+    """The prompt text a Qwen-style chat template would build (used for kind and token estimates)."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list of {role, content} objects.")
+    parts = []
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m:
+            raise BadRequest("each message needs a role and content.")
+        content = m.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        parts.append(f"<|im_start|>{m['role']}\n{content}<|im_end|>\n")
+    return "".join(parts) + "<|im_start|>assistant\n"
+
+
+def usage(prompt: int, completion: int, drop_none: bool = False) -> dict[str, Any]:
+    u: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                         "completion_tokens": completion, "prompt_tokens_details": None, "reasoning_tokens": 0,
+                         "completion_tokens_details": None}
+    return {k: v for k, v in u.items() if v is not None} if drop_none else u
+
+
+def spec_details(emu: "Emulator", req: EmuRequest) -> dict[str, Any] | None:
+    """SpecTokensDetails of a finished request (None when speculation is off or never verified)."""
+    spec = emu.spec
+    if not spec.enabled or req.spec_verify_ct == 0:
+        return None
+    n = req.completion_tokens
+    proposed = req.spec_verify_ct * (spec.num_draft_tokens - 1)
+    return {"spec_accept_rate": req.correct_drafts / proposed if proposed else 0.0,
+            "spec_accept_length": n / req.spec_verify_ct, "spec_cap_length": 0.0,
+            "spec_block_accept_length": 0.0, "spec_num_correct_drafts": req.correct_drafts,
+            "spec_num_proposed_drafts": proposed, "spec_verify_ct": req.spec_verify_ct,
+            "spec_correct_drafts_histogram": [], "spec_cap_lens_histogram": []}
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+class _OpenAIFormat:
+    """What both OpenAI routes share: options, the trailing sglext/usage frames and the error chunk."""
+
+    headers_after_first = True
+    obj = ""
+
+    def __init__(self, emu: "Emulator", body: dict, model: str) -> None:
+        self.emu, self.model = emu, model
+        self.created = int(time.time())
+        opts = body.get("stream_options") or {}
+        if not isinstance(opts, dict):
+            raise BadRequest("stream_options must be an object.")
+        self.include_usage = bool(opts.get("include_usage"))
+        self.continuous = bool(opts.get("continuous_usage_stats"))
+        self.want_spec = _bool_field(body, "return_spec_tokens_details")
+
+    def head(self, req: EmuRequest) -> dict[str, Any]:
+        return {"id": req.id, "object": self.obj, "created": self.created, "model": self.model}
+
+    def finish(self, req: EmuRequest) -> tuple[str, Any]:
+        fr = req.finish_reason or {}
+        return fr.get("type"), fr.get("matched")
+
+    def trailer(self, req: EmuRequest, usage_drop_none: bool) -> bytes:
+        out = b""
+        details = spec_details(self.emu, req) if self.want_spec else None
+        if details is not None:
+            out += _sse({**self.head(req), "choices": [], "usage": None, "sglext": {"spec_tokens_details": details}})
+        if self.include_usage:
+            out += _sse({**self.head(req), "choices": [],
+                         "usage": usage(req.prompt_tokens, req.completion_tokens, usage_drop_none)})
+        return out
+
+    def abort_frames(self, req: EmuRequest) -> bytes:
+        fr = req.finish_reason or {}
+        code = int(fr.get("status_code") or 503)
+        err = {"object": "error", "message": fr.get("message", "Generation aborted."),
+               "type": HTTPStatus(code).name, "param": None, "code": code}
+        out = b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
+        if self.include_usage:
+            out += _sse({**self.head(req), "choices": [],
+                         "usage": usage(req.prompt_tokens, req.completion_tokens, isinstance(self, CompletionsFormat))})
+        return out
+
+    def is_error_abort(self, req: EmuRequest) -> bool:
+        fr = req.finish_reason or {}
+        return fr.get("type") == "abort" and bool(fr.get("status_code"))
+
+
+class CompletionsFormat(_OpenAIFormat):
+    obj = "text_completion"
+
+    def frames(self, req: EmuRequest, start: int, end: int, final: bool) -> bytes:
+        if final and self.is_error_abort(req):
+            return self.abort_frames(req)
+        reason, matched = self.finish(req) if final else (None, None)
+        chunk = {**self.head(req), "choices": [{"index": 0, "text": req.text_between(start, end), "logprobs": None,
+                                                "finish_reason": reason, "matched_stop": matched}],
+                 "usage": usage(req.prompt_tokens, end) if self.continuous else None}
+        out = _sse(chunk)
+        return out + self.trailer(req, usage_drop_none=True) if final else out
+
+    def whole(self, req: EmuRequest) -> dict[str, Any]:
+        reason, matched = self.finish(req)
+        body = {**self.head(req), "choices": [{"index": 0, "text": req.text, "logprobs": None,
+                                               "finish_reason": reason, "matched_stop": matched}],
+                "usage": usage(req.prompt_tokens, req.completion_tokens), "metadata": None}
+        details = spec_details(self.emu, req) if self.want_spec else None
+        if details is not None:
+            body["sglext"] = {"spec_tokens_details": details}
+        return body
+
+
+class ChatFormat(_OpenAIFormat):
+    obj = "chat.completion.chunk"
+
+    def _choice(self, delta: dict, reason: str | None = None, matched: Any = None) -> dict[str, Any]:
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+
+    def frames(self, req: EmuRequest, start: int, end: int, final: bool) -> bytes:
+        if final and self.is_error_abort(req):
+            return self.abort_frames(req)
+        out = b""
+        if start == 0:
+            out += _sse({**self.head(req), "choices": [self._choice(
+                {"reasoning_content": None, "role": "assistant", "content": ""})]})
+        delta = req.text_between(start, end)
+        if delta:
+            chunk = {**self.head(req), "choices": [self._choice({"reasoning_content": None, "content": delta})]}
+            if self.continuous:
+                chunk["usage"] = usage(req.prompt_tokens, end)
+            out += _sse(chunk)
+        if final:
+            reason, matched = self.finish(req)
+            out += _sse({**self.head(req), "choices": [self._choice({"reasoning_content": None}, reason, matched)]})
+            out += self.trailer(req, usage_drop_none=False)
+        return out
+
+    def whole(self, req: EmuRequest) -> dict[str, Any]:
+        reason, matched = self.finish(req)
+        body = {**self.head(req), "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": req.text,
+                                                     "reasoning_content": None},
+                             "logprobs": None, "finish_reason": reason, "matched_stop": matched}],
+                "usage": usage(req.prompt_tokens, req.completion_tokens), "metadata": None}
+        details = spec_details(self.emu, req) if self.want_spec else None
+        if details is not None:
+            body["sglext"] = {"spec_tokens_details": details}
+        return body
+
+
+async def _serve(request: web.Request, chat: bool) -> web.StreamResponse:
+    emu: Emulator = request.app[EMU]
+    if request.content_type != "application/json":
+        return _bad(f"Unsupported Media Type: Only 'application/json' is allowed, got {request.content_type!r}")
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        return _bad(f"JSON decode error: {exc}")
+    if not isinstance(body, dict):
+        return _bad("The request body must be a JSON object.")
+    try:
+        if chat:
+            prompt: str | list[int] = chat_prompt(body.get("messages"))
+            max_tokens = _int_field(body, "max_completion_tokens")
+            if max_tokens is None:
+                max_tokens = _int_field(body, "max_tokens")
+        else:
+            raw = body.get("prompt")
+            if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], str):
+                raw = raw[0]
+            if isinstance(raw, str):
+                prompt = raw
+            elif isinstance(raw, list) and raw and all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
+                prompt = raw
+            else:
+                raise BadRequest("prompt must be a string or a list of token ids (one prompt per request).")
+            max_tokens = _int_field(body, "max_tokens")
+            if max_tokens is None:
+                max_tokens = 16
+        n = _int_field(body, "n")
+        if n not in (None, 1):
+            raise BadRequest(f"n={n} is not supported by the emulator (use n=1).")
+        min_tokens = _int_field(body, "min_tokens") or 0
+        ignore_eos = _bool_field(body, "ignore_eos")
+        stream = _bool_field(body, "stream")
+        rid = body.get("rid")
+        if rid is not None and not isinstance(rid, str):
+            raise BadRequest("rid must be a string.")
+        model = body.get("model") or emu.served_model_name
+        fmt = (ChatFormat if chat else CompletionsFormat)(emu, body, str(model))
+    except BadRequest as exc:
+        return _bad(str(exc))
+    if max_tokens is None:                       # chat without a limit: clip to the remaining context
+        ptoks = estimate_tokens(prompt) if isinstance(prompt, str) else len(prompt)
+        max_tokens = max(1, emu.model.context_len - ptoks)
+    if min_tokens > max_tokens:
+        return _bad(f"min_tokens ({min_tokens}) must be <= max_tokens ({max_tokens}).")
+    req = emu.new_request(prompt, "chat" if chat else "completions", rid=rid, max_new_tokens=max_tokens,
+                          min_new_tokens=min_tokens, ignore_eos=ignore_eos, stream_interval=None, stream=stream)
+    if req.fault is not None and req.fault.type == "http":
+        return emu.http_fault(req)
+    await emu.ready()
+    emu.submit(req)
+    if stream:
+        return await streaming.stream(request, req, emu.engine, fmt)
+    return await emu.wait_whole(req, lambda: emu.abort_error(req) or json_response(fmt.whole(req)))
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _serve(request, chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _serve(request, chat=True)
