@@ -1,0 +1,172 @@
+"""Fault injection: each fault does what the firehose's does on the wire, and is recorded in the ground truth."""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import time
+
+import orjson
+
+from loadgen.emulator.launch import EmulatorThread
+
+BODY = {"text": "def f():\n    pass\n", "stream": True, "sampling_params": {"max_new_tokens": 60, "ignore_eos": True}}
+
+
+def raw_stream(port: int, path: str = "/generate", body: dict = BODY) -> tuple[bytes, str]:
+    """Everything the server sent on one connection, and how it ended: 'eof' or 'reset'."""
+    data = orjson.dumps(body)
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}"
+              "\r\nConnection: close\r\n\r\n".encode() + data)
+    out, how = b"", "eof"
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+    except ConnectionResetError:
+        how = "reset"
+    s.close()
+    return out, how
+
+
+def dechunk(raw: bytes) -> tuple[bytes, bool]:
+    """HTTP/1.1 chunked body and whether its terminating zero chunk arrived."""
+    body = raw.split(b"\r\n\r\n", 1)[1]
+    out, complete = b"", False
+    while body:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            complete = True
+            break
+        out, body = out + rest[:size], rest[size + 2:]
+    return out, complete
+
+
+def truth(port: int) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/emulator/requests")
+    rows = orjson.loads(conn.getresponse().read())["requests"]
+    conn.close()
+    return rows[-1]
+
+
+def faulted(*flags: str):
+    return EmulatorThread(["--speculative-algorithm", "NEXTN", "--time-scale", "50", "--fault-rate", "1",
+                           "--fault-frame", "3", *flags])
+
+
+def test_close_after_n_frames_fin_and_rst():
+    for mode, expect in (("fin", "eof"), ("rst", "reset")):
+        with faulted("--fault-close-after", "2", "--fault-close-mode", mode) as emu:
+            raw, how = raw_stream(emu.port)
+            body, complete = dechunk(raw)
+            row = truth(emu.port)
+        assert how == expect and not complete
+        assert body.count(b"data: ") == 2 and b"[DONE]" not in body
+        assert row["fault"] == {"type": "close", "at": 2, "applied": True, "mode": mode}
+        assert row["status"] == "faulted" and row["completion_tokens"] < 60
+
+
+def test_http_fault_answers_at_once_with_sglang_error_body():
+    with faulted("--fault-http", "429") as emu:
+        raw, _ = raw_stream(emu.port)
+        row = truth(emu.port)
+    assert raw.startswith(b"HTTP/1.1 429")
+    err = orjson.loads(raw.split(b"\r\n\r\n", 1)[1])
+    assert err["object"] == "error" and err["code"] == 429 and err["type"] == "429" and row["id"] in err["message"]
+    assert row["fault"]["type"] == "http" and row["status"] == "faulted" and row["completion_tokens"] == 0
+
+
+def test_stall_delays_frame_k():
+    with faulted("--fault-stall-ms", "400") as emu:
+        t0 = time.monotonic()
+        raw, _ = raw_stream(emu.port)
+        elapsed = time.monotonic() - t0
+        row = truth(emu.port)
+    body, complete = dechunk(raw)
+    assert complete and body.endswith(b"data: [DONE]\n\n") and elapsed > 0.4
+    assert row["fault"] == {"type": "stall", "at": 3, "applied": True, "ms": 400.0} and row["status"] == "finished"
+
+
+def test_malformed_frame_then_normal_stream():
+    with faulted("--fault-malformed") as emu:
+        body, complete = dechunk(raw_stream(emu.port)[0])
+        row = truth(emu.port)
+    frames = re.findall(rb"data: (.*?)\n\n", body, re.S)
+    bad = [f for f in frames if f != b"[DONE]" and not _is_json(f)]
+    assert complete and len(bad) == 1 and frames.index(bad[0]) == 3 and frames[-1] == b"[DONE]"
+    assert orjson.loads(frames[-2])["meta_info"]["completion_tokens"] == 60 and row["fault"]["applied"]
+
+
+def _is_json(b: bytes) -> bool:
+    try:
+        orjson.loads(b)
+        return True
+    except orjson.JSONDecodeError:
+        return False
+
+
+def test_abort_native_and_openai():
+    with faulted("--fault-abort") as emu:
+        body, complete = dechunk(raw_stream(emu.port)[0])
+        native = re.findall(rb"data: (.*?)\n\n", body, re.S)
+        oa, _ = dechunk(raw_stream(emu.port, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "x"}], "max_tokens": 60, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}})[0])
+        row = truth(emu.port)
+    fin = orjson.loads(native[-2])["meta_info"]["finish_reason"]
+    assert complete and native[-1] == b"[DONE]" and len(native) == 5
+    assert fin["type"] == "abort" and fin["status_code"] == 503
+    frames = re.findall(rb"data: (.*?)\n\n", oa, re.S)
+    err = [f for f in frames if f.startswith(b'{"error": ')]
+    assert len(err) == 1 and b'"code": 503' in err[0] and b'"type": "SERVICE_UNAVAILABLE"' in err[0]
+    assert orjson.loads(frames[-2])["choices"] == [] and frames[-1] == b"[DONE]"
+    assert row["fault"]["type"] == "abort" and row["status"] == "faulted"
+
+
+def test_no_done_ends_body_cleanly_after_k_frames_or_drops_only_done():
+    with faulted("--fault-no-done") as emu:
+        body, complete = dechunk(raw_stream(emu.port)[0])
+        row = truth(emu.port)
+    assert complete and body.count(b"data: ") == 3 and b"[DONE]" not in body
+    assert row["fault"]["applied"] and row["status"] == "faulted"
+    with faulted("--fault-no-done", "--fault-frame", "1000") as emu:
+        body, complete = dechunk(raw_stream(emu.port)[0])
+        row = truth(emu.port)
+    last = re.findall(rb"data: (.*?)\n\n", body, re.S)[-1]
+    assert complete and b"[DONE]" not in body and orjson.loads(last)["meta_info"]["finish_reason"]["type"] == "length"
+    assert row["fault"]["applied"] and row["status"] == "faulted" and row["completion_tokens"] == 60
+
+
+def test_slow_first_token():
+    with faulted("--fault-slow-first-token-ms", "500") as emu:
+        raw_stream(emu.port)
+        row = truth(emu.port)
+    assert (row["t_first_ns"] - row["t_received_ns"]) / 1e9 > 0.5 and row["status"] == "finished"
+    assert row["fault"] == {"type": "slow_first_token", "at": 0, "applied": True, "ms": 500.0}
+
+
+def test_rate_seed_and_skip_pick_repeatably():
+    def picks() -> list:
+        with EmulatorThread(["--hardware", "zero", "--fault-abort", "--fault-rate", "0.5", "--fault-seed", "7",
+                             "--fault-skip", "2"]) as emu:
+            out = []
+            for _ in range(12):
+                raw_stream(emu.port)
+                out.append(truth(emu.port)["fault"])
+            return out
+    a, b = picks(), picks()
+    assert a == b and a[0] is None and a[1] is None
+    hits = sum(f is not None for f in a)
+    assert 2 <= hits <= 10
+
+
+def test_fault_is_null_without_fault_flags_and_when_spared():
+    with EmulatorThread(["--hardware", "zero"]) as emu:
+        raw_stream(emu.port)
+        assert truth(emu.port)["fault"] is None
+    with EmulatorThread(["--hardware", "zero", "--fault-abort", "--fault-rate", "0"]) as emu:
+        body, complete = dechunk(raw_stream(emu.port)[0])
+        assert truth(emu.port)["fault"] is None and complete and body.endswith(b"data: [DONE]\n\n")
