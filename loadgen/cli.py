@@ -16,6 +16,29 @@ def _capacity(args: argparse.Namespace) -> int:
     return run_capacity(args.config, args.results, args.ray_address)
 
 
+def _adhoc(args: argparse.Namespace) -> int:
+    """A one-off run from flags: one target, one or more concurrency levels, a fixed number of requests."""
+    from pathlib import Path
+
+    from loadgen import analysis, ray_setup
+    from loadgen.config import parse_experiment
+    from loadgen.runner import run_experiment
+    experiment = {
+        "run": {"name": args.name},
+        "load": {"concurrency": args.concurrency, "requests": args.requests,
+                 "workers_per_target": args.workers, "flush_cache": args.flavor == "sglang"},
+        "prompts": {"max_new_tokens": args.max_tokens, "ignore_eos": True, "seed": args.seed},
+        "targets": [{"name": "target", "url": args.url, "flavor": args.flavor}],
+    }
+    exp = parse_experiment(experiment, Path("."), "--flags")
+    ray_setup.connect(args.ray_address)
+    result = run_experiment(exp, args.results)
+    con = analysis.open_results(result.results_dir, [result.run_id])
+    for name in ("throughput_by_concurrency", "latency_by_concurrency"):
+        print(analysis.render(analysis.run_query(con, name), "table"))
+    return 0 if result.status == "complete" else 1
+
+
 def _query(args: argparse.Namespace) -> int:
     from loadgen import analysis
     con = analysis.open_results(args.results, args.run or None)
@@ -40,6 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", help="results folder (default: run.results in the file, else ./results)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     p.set_defaults(func=_capacity)
+
+    p = sub.add_parser("run", help="ad-hoc run from flags: N requests at concurrency C against one URL")
+    p.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:30000")
+    p.add_argument("--flavor", default="sglang", help="API flavour (sglang, ...)")
+    p.add_argument("--concurrency", type=int, nargs="+", required=True, help="one or more levels")
+    p.add_argument("--requests", type=int, required=True, help="requests per level")
+    p.add_argument("--max-tokens", type=int, default=128, help="max_new_tokens (ignore_eos is on)")
+    p.add_argument("--workers", type=int, default=1, help="worker actors (each holds its share of streams)")
+    p.add_argument("--seed", type=int, default=0, help="prompt sequence seed")
+    p.add_argument("--name", default="adhoc", help="run name (part of the run id)")
+    p.add_argument("--results", default="results", help="results folder (default ./results)")
+    p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    p.set_defaults(func=_adhoc)
 
     p = sub.add_parser("query", help="run one of the SQL files in queries/ over a results folder")
     p.add_argument("name", help="query name (file stem in queries/, e.g. compare_algorithms)")

@@ -47,6 +47,7 @@ class LoadConfig:
     workers_per_target: int
     schedule: str                    # together: every target in the same step; one_at_a_time: each alone
     flush_cache: bool
+    requests: int | None = None      # fixed-count steps: exactly this many requests per target, all measured
 
 
 @dataclass(frozen=True)
@@ -161,8 +162,14 @@ def _parse_load(t: _Table) -> LoadConfig:
     schedule = t.get("schedule", str, "together")
     if schedule not in ("together", "one_at_a_time"):
         raise ConfigError("load.schedule", f"unknown schedule {schedule!r}", "use \"together\" or \"one_at_a_time\"")
+    requests = t.get("requests", int, None)
+    if requests is not None and requests < 1:
+        raise ConfigError("load.requests", f"must be >= 1, got {requests}", "or leave it out for timed windows")
+    if requests is not None and ("measure_s" in t.data or "warmup_s" in t.data):
+        raise ConfigError("load.requests", "fixed-count steps have no timed window",
+                          "drop measure_s/warmup_s, or drop requests")
     config = LoadConfig(
-        mode=mode, concurrency=tuple(levels), repeats=repeats,
+        requests=requests, mode=mode, concurrency=tuple(levels), repeats=repeats,
         warmup_s=t.positive("warmup_s", 3.0, allow_zero=True), measure_s=t.positive("measure_s", 20.0),
         drain_timeout_s=t.positive("drain_timeout_s", 120.0, allow_zero=True),
         stall_timeout_s=t.positive("stall_timeout_s", 60.0), request_timeout_s=t.positive("request_timeout_s", 900.0),

@@ -35,6 +35,7 @@ from loadgen.worker import LoadWorker, StepSpec, TargetSpec
 PROMPT_POOL = 4096          # prompts per run; every step walks the same seeded sequence from its start
 START_DELAY_S = 0.5         # time for every worker to receive `start_step` before the shared start instant
 POLL_S = 0.2
+_FOREVER = 1 << 62          # a window that never closes (fixed-count steps: every request is measured)
 
 
 class Stopped(Exception):
@@ -140,21 +141,30 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
         t.info = info
         _write_server_info_samples(sink, run_id, step.step_id, t, info, t_before, "before")
     t_start = now_ns() + int(START_DELAY_S * 1e9)
-    t_ms = t_start + int(load.warmup_s * 1e9)
-    t_me = t_ms + int(load.measure_s * 1e9)
+    counted = load.requests is not None
+    t_ms = t_start if counted else t_start + int(load.warmup_s * 1e9)
+    t_me = _FOREVER if counted else t_ms + int(load.measure_s * 1e9)
     active = []
     for t in targets:
-        for worker, share in zip(t.workers, split_concurrency(step.concurrency, len(t.workers))):
-            if share:
+        shares = split_concurrency(step.concurrency, len(t.workers))
+        quotas = split_concurrency(load.requests, len(t.workers)) if counted else [None] * len(shares)
+        for worker, share, quota in zip(t.workers, shares, quotas):
+            if share and quota != 0:
                 spec = StepSpec(run_id, step.step_id, share, t_start, t_ms, t_me, load.stall_timeout_s,
-                                load.request_timeout_s, sample_server=worker is t.workers[0])
+                                load.request_timeout_s, sample_server=worker is t.workers[0], max_requests=quota)
                 active.append(worker)
                 ray.get(worker.start_step.remote(spec))
+    window = f"{load.requests} requests per target" if counted else (
+        f"warm-up {load.warmup_s:g} s, measure {load.measure_s:g} s")
     log(f"[step {step.step_id + 1}/{total_steps}] C={step.concurrency} repeat {step.repeat} "
-        f"targets {','.join(step.targets)}: warm-up {load.warmup_s:g} s, measure {load.measure_s:g} s")
-    drained = _wait_for_drain(active, t_me, t_me + int(load.drain_timeout_s * 1e9))
+        f"targets {','.join(step.targets)}: {window}")
+    if counted:
+        drained = _wait_for_drain(active, t_start, now_ns() + int(load.request_timeout_s * 1e9), counted=True)
+    else:
+        drained = _wait_for_drain(active, t_me, t_me + int(load.drain_timeout_s * 1e9))
     counts = ray.get([w.stop_step.remote("cut at the end of the step (drain)") for w in active])
     t_end = now_ns()
+    t_me = t_end if counted else t_me
     after = ray.get([t.workers[0].server_info.remote() for t in targets])
     status = "complete" if drained else "incomplete"
     reason = "" if drained else f"drain timed out after {load.drain_timeout_s:g} s; measured requests were cut"
@@ -173,13 +183,14 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     return drained
 
 
-def _wait_for_drain(workers: list, t_measure_end: int, t_deadline: int) -> bool:
-    """Sleep through the window, then poll until no measured request is open (True) or the deadline (False)."""
+def _wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, counted: bool = False) -> bool:
+    """Sleep through the window, then poll until no measured request is open (True) or the deadline (False).
+    A fixed-count step is over when every worker has sent its quota and nothing is in flight."""
     while now_ns() < t_measure_end:
         time.sleep(min(POLL_S, max((t_measure_end - now_ns()) / 1e9, 0.0)))
     while True:
         progress = ray.get([w.progress.remote() for w in workers])
-        if all(p["measure_open"] == 0 for p in progress):
+        if all(p["measure_open"] == 0 and (not counted or p["quota_done"]) for p in progress):
             return True
         if now_ns() >= t_deadline:
             return False

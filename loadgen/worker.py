@@ -52,6 +52,7 @@ class StepSpec:
     stall_timeout_s: float
     request_timeout_s: float
     sample_server: bool              # this worker also samples the server (one per target)
+    max_requests: int | None = None  # fixed-count step: this worker's quota, all in phase 'measure'
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)
@@ -123,7 +124,7 @@ class LoadWorker:
 
     async def _slot(self, step: StepSpec, cursor) -> None:
         """One unit of concurrency: send, wait for the end, send the next, until told to stop."""
-        while self.issuing:
+        while self.issuing and (step.max_requests is None or self.sent < step.max_requests):
             n = next(cursor)
             prompt = self.prompts[n % len(self.prompts)]
             t = now_ns()
@@ -147,8 +148,10 @@ class LoadWorker:
 
     async def progress(self) -> dict:
         """What the driver needs to decide when the drain is over."""
+        step = self.step
+        quota_done = step is not None and step.max_requests is not None and self.sent >= step.max_requests
         return {"in_flight": len(self.streams), "measure_open": self.measure_open, "sent": self.sent,
-                "finished": len(self.finished)}
+                "quota_done": quota_done}
 
     async def stop_step(self, reason: str = "step ended") -> dict:
         """Stop issuing, cut what is still running (status cancelled), write every row, return counts."""
