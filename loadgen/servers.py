@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -39,8 +40,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def server_command(module: str, args: tuple[str, ...] | list[str], host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", module, *args, "--host", host, "--port", str(port)]
+
+
 def emulator_command(args: tuple[str, ...] | list[str], host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "loadgen.emulator", *args, "--host", host, "--port", str(port)]
+    return server_command("loadgen.emulator", args, host, port)
 
 
 class _NotReady(Exception):
@@ -54,12 +59,20 @@ class ServerProcess:
     def __init__(self, name: str, log_dir: str) -> None:
         self.name = name
         self.log_path = Path(log_dir) / f"{name}.log"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:  # the results folder is on the driver's machine; the driver copies the log there
+            self.log_path = Path(tempfile.mkdtemp(prefix="loadgen-server-")) / f"{name}.log"
         self.proc: subprocess.Popen | None = None
 
     def start_emulator(self, args: list[str], timeout_s: float = 60.0) -> str:
-        port = free_port()
-        return self._start(emulator_command(args, "127.0.0.1", port), f"http://127.0.0.1:{port}", timeout_s)
+        return self.start_server("loadgen.emulator", args, "127.0.0.1", 0, timeout_s)
+
+    def start_server(self, module: str, args: list[str], host: str, port: int, timeout_s: float) -> str:
+        """`python -m MODULE ARGS --host H --port P` (sglang.launch_server or loadgen.emulator, same flags);
+        port 0 picks a free one. Returns the URL once /health answers 200."""
+        port = port or free_port(host)
+        return self._start(server_command(module, args, host, port), f"http://{host}:{port}", timeout_s)
 
     def _start(self, command: list[str], url: str, timeout_s: float) -> str:
         self.stop()
@@ -68,6 +81,7 @@ class ServerProcess:
         log.flush()
         self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      preexec_fn=_die_with_parent)
+        log.write(f"[loadgen] pid {self.proc.pid}\n".encode())
         log.close()
         try:
             for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2), reraise=True,
@@ -101,6 +115,16 @@ class ServerProcess:
 
     def pid(self) -> int | None:
         return self.proc.pid if self.proc and self.proc.poll() is None else None
+
+    def read_log(self) -> tuple[str, bytes]:
+        """(file name, content) of the server's log, for the driver to keep with the results."""
+        try:
+            return self.log_path.name, self.log_path.read_bytes()
+        except OSError:
+            return self.log_path.name, b""
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
 
     def stop(self, grace_s: float = 5.0) -> None:
         proc, self.proc = self.proc, None
