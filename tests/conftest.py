@@ -10,6 +10,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,7 @@ def emulator_factory():
 
 
 PYTHON = sys.executable
+REPO = Path(__file__).parents[1]
 
 
 @contextmanager
@@ -74,8 +76,12 @@ def ray_head(tmp_dir: str) -> Iterator[str]:
     killing exactly this cluster's processes (found by its temp dir and GCS port), never by `ray stop`."""
     import psutil
     gcs_port, dashboard_port = free_port(), free_port()
+    # Every port explicit: another Ray on this machine (the session's, a colleague's) holds the defaults.
+    ports = [f"--{name}={free_port()}" for name in (
+        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+        "metrics-export-port", "ray-client-server-port", "node-manager-port", "object-manager-port")]
     subprocess.run(["ray", "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
-                    "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                    "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2", *ports,
                     f"--temp-dir={tmp_dir}", "--include-dashboard=true", "--disable-usage-stats"],
                    check=True, capture_output=True, timeout=120)
     try:
@@ -95,3 +101,14 @@ def ray_head(tmp_dir: str) -> Iterator[str]:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(list(victims), timeout=10)
+
+
+def submit_job(address: str, entrypoint: list[str], timeout_s: float = 240) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir <repo>`; retried only while the new head's job agent is not up yet."""
+    deadline = time.monotonic() + 60
+    while True:
+        job = subprocess.run(["ray", "job", "submit", "--address", address, "--working-dir", str(REPO), "--",
+                              *entrypoint], capture_output=True, text=True, timeout=timeout_s)
+        if "No available agent to submit job" not in job.stderr or time.monotonic() > deadline:
+            return job
+        time.sleep(1)

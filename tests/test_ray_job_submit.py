@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from pathlib import Path
 
 import duckdb
 
-from tests.conftest import ray_head
+from conftest import ray_head, submit_job
 
 REPO = Path(__file__).parents[1]
 EXPERIMENT = """
@@ -38,10 +37,8 @@ def test_ray_job_submit_runs_the_capacity_job(tmp_path):
     results = tmp_path / "results"
     ray_dir = tempfile.mkdtemp(prefix="lgr-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     with ray_head(ray_dir) as address:
-        job = subprocess.run(
-            ["ray", "job", "submit", "--address", address, "--working-dir", str(REPO), "--",
-             "python3", "-m", "jobs.capacity", "--config", str(config), "--results", str(results)],
-            capture_output=True, text=True, timeout=240)
+        job = submit_job(address, ["python3", "-m", "jobs.capacity", "--config", str(config),
+                                   "--results", str(results)])
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     assert "emulated" in job.stdout and "succeeded" in job.stdout
     glob = f"{results}/requests/*/*.parquet"
