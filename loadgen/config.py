@@ -56,9 +56,10 @@ class Experiment:
     results: str | None
     load: LoadConfig
     prompts: PromptsConfig
-    targets: tuple[TargetConfig, ...]
+    targets: tuple[TargetConfig, ...]  # with a fleet: every stage's targets (loadgen.fleet)
     source: str = ""                 # the file it came from, for messages
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    fleet: Any = None                # loadgen.fleet.Fleet when the file has [fleet] instead of [[targets]]
 
 
 class _Table:
@@ -126,11 +127,20 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     run.done()
     load = _parse_load(_Table(top.get("load", dict, {}), "load"))
     prompts = parse_prompts_config(top.get("prompts", dict, {}), "prompts", base_dir)
-    raw_targets = top.get("targets", list)
+    fleet_table = top.get("fleet", dict, None)
+    raw_targets = top.get("targets", list, ... if fleet_table is None else [])
     top.done()
-    if not raw_targets:
+    fleet = None
+    if fleet_table is not None:
+        if raw_targets:
+            raise ConfigError("targets", "cannot be combined with [fleet]", "the fleet's nodes are the targets")
+        from loadgen.fleet import parse_fleet  # the fleet module builds on this one
+        fleet = parse_fleet(fleet_table, base_dir)
+        targets = fleet.all_targets()
+    elif not raw_targets:
         raise ConfigError("targets", "is empty", "add at least one [[targets]] table")
-    targets = tuple(_parse_target(t, f"targets[{i}]", base_dir) for i, t in enumerate(raw_targets))
+    else:
+        targets = tuple(_parse_target(t, f"targets[{i}]", base_dir) for i, t in enumerate(raw_targets))
     names = [t.name for t in targets]
     for i, t in enumerate(targets):
         if names.index(t.name) != i:
@@ -138,7 +148,7 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     urls = [t.url for t in targets if t.url]
     if len(urls) != len(set(urls)):
         raise ConfigError("targets", "two targets have the same url", "list each server once")
-    return Experiment(name, results, load, prompts, targets, source, data)
+    return Experiment(name, results, load, prompts, targets, source, data, fleet)
 
 
 def _parse_load(t: _Table) -> LoadConfig:

@@ -16,14 +16,17 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loadgen import __version__, schema
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, TargetConfig
+from loadgen.errors import TargetError
+from loadgen.fleet import placement_for
 from loadgen.plan import PlannedStep, plan_steps, split_concurrency
 from loadgen.probe import server_info_samples
 from loadgen.prompts.mix import PromptMix
@@ -68,20 +71,33 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
     run_id = f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     results = Path(results_dir).resolve()
     previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
-    sink = ResultsSink.remote(str(results), run_id)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    sink = ResultsSink.options(scheduling_strategy=here).remote(str(results), run_id)  # results are local
     started = now_ns()
     _write_run(sink, exp, run_id, started, None, "running", "")
-    servers: list = []
-    targets: list[_Target] = []
+    placement = placement_for(exp.fleet)
+    stages = [s.targets for s in exp.fleet.stages] if exp.fleet else [exp.targets]
     status, reason = "failed", "unexpected error"
     try:
-        targets += _bring_up(exp, run_id, results, sink, servers, log)
-        steps = plan_steps(exp)
-        log(f"run {run_id}: {len(steps)} steps over {len(targets)} targets -> {results}")
+        placement.prepare(stages, log)
+        plans, offset = [], 0
+        for stage_targets in stages:   # one server configuration each; servers restart between them
+            steps = [replace(s, step_id=s.step_id + offset) for s in plan_steps(replace(exp, targets=stage_targets))]
+            plans.append((stage_targets, steps))
+            offset += len(steps)
+        log(f"run {run_id}: {offset} steps over {len(exp.targets)} targets in {len(stages)} configurations "
+            f"-> {results}")
         incomplete = 0
-        for step in steps:
-            if not _run_step(exp, run_id, step, targets, sink, log, len(steps)):
-                incomplete += 1
+        for stage_targets, steps in plans:
+            servers: list = []
+            targets: list[_Target] = []
+            try:
+                targets += _bring_up(exp, stage_targets, placement, run_id, results, sink, servers, log)
+                for step in steps:
+                    if not _run_step(exp, run_id, step, targets, sink, log, offset):
+                        incomplete += 1
+            finally:
+                _tear_down(targets, servers, results / "logs" / f"run_id={run_id}")
         status = "complete" if not incomplete else "incomplete"
         reason = "" if not incomplete else f"{incomplete} steps incomplete (drain timed out)"
     except (Stopped, KeyboardInterrupt) as exc:
@@ -94,39 +110,67 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
         signal.signal(signal.SIGTERM, previous_handler)
         _write_run(sink, exp, run_id, started, now_ns(), status, reason)
         ray.get(sink.flush.remote())
-        ray.get([w.close.remote() for t in targets for w in t.workers])
-        ray.get([s.stop.remote() for s in servers])
     return RunResult(run_id, str(results), status, reason)
 
 
-def _bring_up(exp: Experiment, run_id: str, results: Path, sink, servers: list, log) -> list[_Target]:
-    """Launch owned servers, create workers, and preflight every target before any load."""
+def _bring_up(exp: Experiment, stage_targets: tuple[TargetConfig, ...], placement, run_id: str, results: Path,
+              sink, servers: list, log) -> list[_Target]:
+    """Launch the stage's servers on their nodes, create workers where the placement says, and preflight
+    every target before any load."""
     log_dir = results / "logs" / f"run_id={run_id}"
     urls: dict[str, str] = {}
     launches = {}
-    for t in exp.targets:
+    for t in stage_targets:
         if t.url is None:
-            server = ServerProcess.remote(t.name, str(log_dir))
+            server = ServerProcess.options(**placement.server_options(t)).remote(t.name, str(log_dir))
             servers.append(server)
-            launches[t.name] = server.start_emulator.remote(list(t.emulator_args))
+            launches[t.name] = placement.launch(server, t)
         else:
             urls[t.name] = t.url
     for name, ref in launches.items():
-        urls[name] = ray.get(ref)
-        log(f"emulator {name} up at {urls[name]}")
+        try:
+            urls[name] = ray.get(ref, timeout=placement.health_timeout_s + 60)
+        except ray.exceptions.GetTimeoutError:
+            raise TargetError(f"server {name} was not up within {placement.health_timeout_s:g} s + 60 s "
+                              "(its actor could not be placed, or the launch hung)") from None
+        except ray.exceptions.RayTaskError as exc:
+            raise exc.as_instanceof_cause() from None
+        log(f"server {name} up at {urls[name]}")
     prompts = PromptMix(exp.prompts).take(PROMPT_POOL)
     sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature)
     targets = []
-    for index, t in enumerate(exp.targets):
+    for t in stage_targets:
         spec = TargetSpec(t.name, urls[t.name], t.flavor, t.node, t.api_key_env)
         n = exp.load.workers_per_target
-        workers = [LoadWorker.remote(f"{t.name}.w{i}", spec, prompts[i::n], sampling, sink) for i in range(n)]
-        targets.append(_Target(t, index, urls[t.name], workers, {}))
+        workers = [LoadWorker.options(**placement.worker_options(t, i)).remote(
+                       f"{t.name}.w{i}", spec, prompts[i::n], sampling, sink) for i in range(n)]
+        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}))
     infos = ray.get([t.workers[0].server_info.remote() for t in targets])
     for target, info in zip(targets, infos):
         target.info = info
         log(f"target {target.config.name}: {_describe(info)}")
     return targets
+
+
+def _tear_down(targets: list[_Target], servers: list, log_dir: Path) -> None:
+    """End a stage: close and remove its workers, stop its servers and keep their logs with the results
+    (a server on another node wrote its log there), then remove the server actors."""
+    workers = [w for t in targets for w in t.workers]
+    logs = []
+    try:
+        ray.get([w.close.remote() for w in workers], timeout=30)
+        ray.get([s.stop.remote() for s in servers], timeout=60)
+        logs = ray.get([s.read_log.remote() for s in servers], timeout=60)
+    except (ray.exceptions.RayError, TimeoutError):
+        pass  # an actor that never started or already died: ray.kill below still ends its server
+    finally:
+        for actor in workers + servers:
+            ray.kill(actor)   # the server dies with its actor (PR_SET_PDEATHSIG)
+    for name, data in logs:
+        dest = log_dir / name
+        if data and (not dest.exists() or dest.stat().st_size != len(data)):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
 
 
 def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list[_Target], sink, log,

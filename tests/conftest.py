@@ -8,7 +8,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -71,19 +71,27 @@ REPO = Path(__file__).parents[1]
 
 
 @contextmanager
-def ray_head(tmp_dir: str) -> Iterator[str]:
-    """`ray start --head` on loopback in its own temp dir; yields the job-submission address. Stopped by
-    killing exactly this cluster's processes (found by its temp dir and GCS port), never by `ray stop`."""
+def ray_head(tmp_dir: str, *head_args: str, workers: Sequence[Sequence[str]] = ()) -> Iterator[str]:
+    """`ray start --head` on loopback in its own temp dir (plus one more raylet per `workers` entry, each
+    with those `ray start` args: a multi-node cluster on one machine); yields the job-submission address.
+    Stopped by killing exactly this cluster's processes (found by its temp dir and GCS port), never by
+    `ray stop`."""
     import psutil
     gcs_port, dashboard_port = free_port(), free_port()
-    # Every port explicit: another Ray on this machine (the session's, a colleague's) holds the defaults.
-    ports = [f"--{name}={free_port()}" for name in (
-        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
-        "metrics-export-port", "ray-client-server-port", "node-manager-port", "object-manager-port")]
+
+    def ports(*names: str) -> list[str]:
+        # Every port explicit: another Ray on this machine (the session's, a colleague's) holds the defaults.
+        return [f"--{name}={free_port()}" for name in (
+            "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+            "metrics-export-port", "node-manager-port", "object-manager-port", *names)]
     subprocess.run(["ray", "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
-                    "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2", *ports,
+                    "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                    *ports("ray-client-server-port"), *head_args,
                     f"--temp-dir={tmp_dir}", "--include-dashboard=true", "--disable-usage-stats"],
                    check=True, capture_output=True, timeout=120)
+    for args in workers:
+        subprocess.run(["ray", "start", f"--address=127.0.0.1:{gcs_port}", "--node-ip-address=127.0.0.1",
+                        *ports(), *args, "--disable-usage-stats"], check=True, capture_output=True, timeout=120)
     try:
         yield f"http://127.0.0.1:{dashboard_port}"
     finally:

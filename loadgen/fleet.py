@@ -1,0 +1,423 @@
+"""Fleets: which Ray node runs each server and its load workers, and the server configurations to sweep.
+
+A fleet file (`infra/fleet-*.toml`) lists the nodes: a name, how Ray finds the node (its IP, a custom
+resource, or node labels), optionally the server endpoint, and extra server flags. An experiment's `[fleet]`
+table names the fleet file and the configurations (launch profiles, `infra/profiles/*.toml`) to sweep; every
+configuration becomes one stage of the run, with its servers restarted before it. Placement is Ray's own:
+hard node affinity for an IP, a sliver of the node's custom resource, or a label selector; every node is
+resolved against the live cluster before anything starts, so a missing node or resource fails the run
+before any load.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from loadgen import draftcheck
+from loadgen.config import _NAME, TargetConfig, _check_url, _emulator_args, _Table
+from loadgen.errors import ConfigError, LoadgenError
+from loadgen.protocol import ADAPTERS
+
+PROFILES_DIR = Path(__file__).parents[1] / "infra" / "profiles"
+LAUNCHES = ("sglang", "emulator", "external")
+RESOURCE_SLIVER = 0.01     # what each pinned actor takes of a node's custom resource (100 actors per node)
+
+
+@dataclass(frozen=True)
+class Locator:
+    """How Ray finds a node: exactly one of its IP, a custom resource, or node labels."""
+
+    node_ip: str | None = None
+    resource: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        if self.node_ip:
+            return f"node IP {self.node_ip}"
+        if self.resource:
+            return f"custom resource {self.resource!r}"
+        return "labels " + ", ".join(f"{k}={v}" for k, v in self.labels)
+
+    def matches(self, node: dict) -> bool:
+        if self.node_ip:
+            return node.get("NodeManagerAddress") == self.node_ip
+        if self.resource:
+            return node.get("Resources", {}).get(self.resource, 0) > 0
+        labels = node.get("Labels", {})
+        return all(labels.get(k) == v for k, v in self.labels)
+
+    def options(self, node_id: str) -> dict:
+        """Ray actor options that pin to this node, in the locator's own terms."""
+        if self.resource:
+            return {"resources": {self.resource: RESOURCE_SLIVER}}
+        if self.labels:
+            return {"label_selector": dict(self.labels)}
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+
+
+@dataclass(frozen=True)
+class FleetNode:
+    name: str
+    locator: Locator
+    url: str | None                  # the server endpoint as the workers see it; None: loopback, port by loadgen
+    flags: dict[str, Any]            # extra server flags for this node (e.g. time-scale on an emulated node)
+    api_key_env: str | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named SGLang launch configuration (`infra/profiles/<name>.toml`)."""
+
+    name: str
+    description: str
+    flags: dict[str, Any]            # launch_server flags without the dashes
+    expect_draft: str | None         # dflash1 | dflash2: the draft must be this kind or the run stops
+    source: str
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One server configuration: every node's profile; its servers run only during this stage."""
+
+    name: str
+    profiles: dict[str, Profile]     # node name -> profile (external servers: empty)
+    flags: dict[str, dict[str, Any]]  # node name -> its launch flags (profile + replacements + node flags)
+    targets: tuple[TargetConfig, ...]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    name: str
+    launch: str                      # sglang | emulator | external (already running at the nodes' urls)
+    workers: str                     # server: workers on the server's node | client: on the client nodes
+    nodes: tuple[FleetNode, ...]
+    clients: tuple[FleetNode, ...]
+    health_timeout_s: float
+    server_resources: dict[str, float]
+    stages: tuple[Stage, ...]
+
+    def all_targets(self) -> tuple[TargetConfig, ...]:
+        return tuple(t for s in self.stages for t in s.targets)
+
+
+def parse_fleet(raw: Any, base_dir: Path) -> Fleet:
+    """The experiment's [fleet] table: `file` (the fleet file, relative to the experiment) and/or inline fleet
+    keys (these win), plus `profiles` or [[fleet.configurations]]."""
+    table = _Table(raw, "fleet")
+    file = table.get("file", str, None)
+    merged: dict[str, Any] = {}
+    fleet_dir = base_dir
+    if file is not None:
+        path = (base_dir / file).resolve()
+        if not path.is_file():
+            raise ConfigError("fleet.file", f"file not found: {path}", "give the fleet .toml path relative to "
+                              "the experiment file, e.g. ../../infra/fleet-emulated.toml")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("fleet.file", f"{path} is not valid TOML: {exc}") from exc
+        top = _Table(data, "")
+        merged = dict(_Table(top.get("fleet", dict), "fleet").data)
+        top.done()
+        fleet_dir = path.parent
+    merged.update({k: v for k, v in table.data.items() if k != "file"})
+    return _parse_merged(_Table(merged, "fleet"), fleet_dir, base_dir)
+
+
+def _parse_merged(t: _Table, fleet_dir: Path, base_dir: Path) -> Fleet:
+    name = t.get("name", str, "fleet")
+    flavor = t.get("flavor", str, "sglang")
+    if flavor not in ADAPTERS:
+        raise ConfigError("fleet.flavor", f"unknown flavor {flavor!r}", f"use one of {', '.join(sorted(ADAPTERS))}")
+    launch = t.get("launch", str, "sglang")
+    if launch not in LAUNCHES:
+        raise ConfigError("fleet.launch", f"unknown launch {launch!r}", f"use one of {', '.join(LAUNCHES)}")
+    workers = t.get("workers", str, "server")
+    if workers not in ("server", "client"):
+        raise ConfigError("fleet.workers", f"unknown placement {workers!r}",
+                          "use \"server\" (workers on the server's node, loopback) or \"client\" (client nodes)")
+    nodes = tuple(_parse_node(n, f"fleet.nodes[{i}]", launch, fleet_dir) for i, n in enumerate(t.get("nodes", list)))
+    clients = tuple(_parse_node(n, f"fleet.clients[{i}]", "client", fleet_dir) for i, n in enumerate(t.get("clients", list, [])))
+    _unique([n.name for n in nodes + clients], "fleet.nodes", "node")
+    if not nodes:
+        raise ConfigError("fleet.nodes", "is empty", "add at least one [[fleet.nodes]] table")
+    if workers == "client":
+        if not clients:
+            raise ConfigError("fleet.clients", "is empty but workers = \"client\"", "add [[fleet.clients]] nodes")
+        for i, n in enumerate(nodes):
+            if n.url is None:
+                raise ConfigError(f"fleet.nodes[{i}].url", "is required when workers run on client nodes",
+                                  "give the server's network address, e.g. url = \"http://10.0.0.11:30000\"")
+    elif clients:
+        raise ConfigError("fleet.clients", "given but workers = \"server\"", "set workers = \"client\" or remove them")
+    timeout = t.positive("health_timeout_s", 1800.0 if launch == "sglang" else 60.0)
+    resources = t.get("server_resources", dict, {})
+    for key, value in resources.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"fleet.server_resources.{key}", f"must be a number > 0, got {value!r}")
+    profiles_dir = (fleet_dir / t.get("profiles_dir", str, str(PROFILES_DIR))).resolve()
+    replace = _resolve_paths(t.get("replace", dict, {}), fleet_dir)
+    stages = _parse_stages(t, nodes, launch, profiles_dir, replace, base_dir, flavor)
+    t.done()
+    return Fleet(name, launch, workers, nodes, clients, timeout, {k: float(v) for k, v in resources.items()}, stages)
+
+
+def _parse_node(raw: Any, key: str, launch: str, fleet_dir: Path) -> FleetNode:
+    t = _Table(raw, key)
+    name = t.get("name", str)
+    if not _NAME.match(name):
+        raise ConfigError(f"{key}.name", f"{name!r} is not a safe name", "use letters, digits, '.', '_' or '-'")
+    node_ip, resource = t.get("node_ip", str, None), t.get("resource", str, None)
+    labels = t.get("labels", dict, None)
+    if sum(x is not None for x in (node_ip, resource, labels)) != 1:
+        raise ConfigError(key, "needs exactly one of node_ip, resource or labels (how Ray finds the node)",
+                          "e.g. resource = \"spark1\" with `ray start --resources='{\"spark1\": 1}'` on that node")
+    if labels is not None and (not labels or not all(isinstance(v, str) for v in labels.values())):
+        raise ConfigError(f"{key}.labels", "must be a non-empty table of strings", "labels = { \"loadgen-node\" = \"spark1\" }")
+    url = t.get("url", str, None)
+    if url is not None:
+        _check_url(url, f"{key}.url")
+        url = url.rstrip("/")
+    elif launch == "external":
+        raise ConfigError(f"{key}.url", "is required for launch = \"external\"", "give the running server's URL")
+    if launch == "client" and url is not None:
+        raise ConfigError(f"{key}.url", "a client node runs workers, not a server", "remove it")
+    flags = _resolve_paths(t.get("flags", dict, {}), fleet_dir)
+    api_key_env = t.get("api_key_env", str, None)
+    t.done()
+    locator = Locator(node_ip, resource, tuple(sorted((labels or {}).items())))
+    return FleetNode(name, locator, url, flags, api_key_env)
+
+
+def _parse_stages(t: _Table, nodes: tuple[FleetNode, ...], launch: str, profiles_dir: Path, replace: dict,
+                  base_dir: Path, flavor: str) -> tuple[Stage, ...]:
+    shorthand = t.get("profiles", list, None)
+    tables = t.get("configurations", list, None)
+    if launch == "external":
+        if shorthand or tables:
+            raise ConfigError("fleet.profiles", "servers are external (already running): nothing to launch",
+                              "remove profiles/configurations, or set launch = \"sglang\"/\"emulator\"")
+        targets = tuple(TargetConfig(n.name, flavor, n.url, (), n.name, n.api_key_env) for n in nodes)
+        return (Stage("external", {}, {}, targets),)
+    if (shorthand is None) == (tables is None):
+        raise ConfigError("fleet.profiles", "give exactly one of `profiles = [...]` or [[fleet.configurations]]",
+                          "e.g. profiles = [\"dflash2-b4\", \"dflash2-b6\", \"dflash2-b8\"]")
+    raw = [{"profile": p} for p in shorthand] if shorthand is not None else tables
+    if not raw:
+        raise ConfigError("fleet.profiles", "is empty", "list at least one launch profile")
+    key_of = "fleet.profiles[{}]" if shorthand is not None else "fleet.configurations[{}]"
+    cache: dict[str, Profile] = {}
+    stages = []
+    for i, entry in enumerate(raw):
+        key = key_of.format(i)
+        c = _Table(entry, key)
+        default = c.get("profile", str, None)
+        per_node = c.get("nodes", dict, {})
+        stage_name = c.get("name", str, default)
+        c.done()
+        if stage_name is None or not _NAME.match(stage_name):
+            raise ConfigError(f"{key}.name", f"{stage_name!r} is not a usable name",
+                              "name the configuration (letters, digits, '.', '_', '-')")
+        unknown = sorted(set(per_node) - {n.name for n in nodes})
+        if unknown:
+            raise ConfigError(f"{key}.nodes.{unknown[0]}", "is not a fleet node",
+                              f"fleet nodes: {', '.join(n.name for n in nodes)}")
+        profiles = {}
+        for n in nodes:
+            pname = per_node.get(n.name, default)
+            if pname is None:
+                raise ConfigError(f"{key}.nodes.{n.name}", "no profile for this node", "set `profile` for every node")
+            if pname not in cache:
+                cache[pname] = load_profile(pname, profiles_dir, f"{key}.profile")
+            profiles[n.name] = cache[pname]
+        flags = {n.name: _flags(n, profiles[n.name], replace) for n in nodes}
+        targets = tuple(TargetConfig(f"{n.name}.{stage_name}", flavor, None,
+                                     _emulator_args(flags[n.name], f"fleet.nodes.{n.name}.flags", base_dir),
+                                     n.name, n.api_key_env) for n in nodes)
+        stages.append(Stage(stage_name, profiles, flags, targets))
+    _unique([s.name for s in stages], "fleet.configurations", "configuration")
+    return tuple(stages)
+
+
+def _flags(node: FleetNode, profile: Profile, replace: dict) -> dict[str, Any]:
+    """A node's launch flags in a stage: the profile's, the fleet's replacements (only for flags the profile
+    sets, e.g. where this fleet keeps the models) and the node's extra flags."""
+    flags = dict(profile.flags)
+    flags.update({k: v for k, v in replace.items() if k in flags})
+    flags.update(node.flags)
+    return flags
+
+
+def _resolve_paths(flags: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative model/draft paths are relative to the file that names them."""
+    out = dict(flags)
+    for key in ("model-path", "speculative-draft-model-path"):
+        value = out.get(key)
+        if isinstance(value, str) and value.startswith("."):
+            out[key] = str((base / value).resolve())
+    return out
+
+
+def load_profile(name: str, profiles_dir: Path, key: str = "profile") -> Profile:
+    """`name` is a profile in `profiles_dir` (without .toml) or a path to a profile file."""
+    path = Path(name) if name.endswith(".toml") else profiles_dir / f"{name}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in profiles_dir.glob("*.toml")) if profiles_dir.is_dir() else []
+        raise ConfigError(key, f"no launch profile {name!r} ({path})", f"known profiles: {', '.join(known) or 'none'}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
+    t = _Table(data, "")
+    description = t.get("description", str, "")
+    expect = t.get("expect_draft", str, None)
+    if expect not in (None, "dflash1", "dflash2"):
+        raise ConfigError(f"{path}:expect_draft", f"unknown draft kind {expect!r}", "use \"dflash1\" or \"dflash2\"")
+    flags = _resolve_paths(t.get("flags", dict), path.parent)
+    t.done()
+    if "model-path" not in flags:
+        raise ConfigError(f"{path}:flags.model-path", "is required", "every launch needs the target model")
+    return Profile(path.stem, description, flags, expect, str(path))
+
+
+def _unique(names: list[str], key: str, what: str) -> None:
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            raise ConfigError(key, f"duplicate {what} name {n!r}", f"give every {what} a unique name")
+
+
+def resolve_nodes(fleet: Fleet, ray_nodes: list[dict]) -> dict[str, str]:
+    """Fleet node name -> Ray node id, checked against the live cluster; LoadgenError before any load when a
+    node is missing, ambiguous, shared, or lacks the server's resources."""
+    alive = [n for n in ray_nodes if n.get("Alive")]
+    seen = ", ".join(f"{n['NodeManagerAddress']} (resources {sorted(k for k in n.get('Resources', {}) if not k.startswith('node:'))}, "
+                     f"labels {dict((k, v) for k, v in n.get('Labels', {}).items() if not k.startswith('ray.io/'))})"
+                     for n in alive)
+    out: dict[str, str] = {}
+    for node in fleet.nodes + fleet.clients:
+        found = [n for n in alive if node.locator.matches(n)]
+        if not found:
+            raise LoadgenError(f"fleet node {node.name}: no live Ray node has {node.locator.describe()} (alive: "
+                               f"{seen or 'none'}); start Ray on it with that resource/label, or fix the fleet file")
+        if len(found) > 1:
+            raise LoadgenError(f"fleet node {node.name}: {node.locator.describe()} matches {len(found)} Ray nodes; "
+                               "give each node a unique custom resource or label")
+        ray_node = found[0]
+        if node in fleet.nodes:
+            for res, amount in fleet.server_resources.items():
+                have = ray_node.get("Resources", {}).get(res, 0)
+                if have < amount:
+                    raise LoadgenError(f"fleet node {node.name}: its Ray node has {have:g} {res}, the server needs "
+                                       f"{amount:g} (fleet.server_resources); start Ray there with --num-gpus/--resources")
+        out[node.name] = ray_node["NodeID"]
+    shared = [name for name, nid in out.items() if list(out.values()).count(nid) > 1]
+    if shared:
+        raise LoadgenError(f"fleet nodes {', '.join(shared)} are the same Ray node; each fleet node must be its own node")
+    return out
+
+
+class LocalPlacement:
+    """Experiments without a fleet: actors go wherever Ray puts them, servers are emulators."""
+
+    health_timeout_s = 60.0
+
+    def prepare(self, stages, log) -> None:
+        """Nothing to resolve or check."""
+
+    def server_options(self, target: TargetConfig) -> dict:
+        return {}
+
+    def worker_options(self, target: TargetConfig, index: int) -> dict:
+        return {}
+
+    def launch(self, server, target: TargetConfig):
+        return server.start_emulator.remote(list(target.emulator_args), self.health_timeout_s)
+
+
+class FleetPlacement(LocalPlacement):
+    """Pins every target's server and workers to its fleet node; launches SGLang or the emulator there."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.health_timeout_s = fleet.health_timeout_s
+        self.node_ids: dict[str, str] = {}
+        self.nodes = {n.name: n for n in fleet.nodes + fleet.clients}
+
+    def prepare(self, stages, log) -> None:
+        """Resolve the nodes, then check every DFLASH profile's draft on its own node: all before any load."""
+        self.node_ids = resolve_nodes(self.fleet, ray.nodes())
+        for name, node_id in self.node_ids.items():
+            log(f"fleet node {name}: Ray node {node_id[:12]} ({self.nodes[name].locator.describe()})")
+        checks = {}
+        for stage in self.fleet.stages:
+            for node_name, profile in stage.profiles.items():
+                flags = stage.flags[node_name]
+                if str(flags.get("speculative-algorithm", "")).upper() == "DFLASH":
+                    task = _check_draft_on_node.options(num_cpus=0, **self._pin(node_name))
+                    checks[(stage.name, node_name)] = (profile, task.remote(flags.get("speculative-draft-model-path"), flags))
+        for (stage_name, node_name), (profile, ref) in checks.items():
+            report = ray.get(ref, timeout=60)
+            for line in report.lines():
+                log(f"check-draft [{stage_name} on {node_name}] {line}")
+            expected = profile.expect_draft
+            if report.problems or (expected and report.kind != expected):
+                why = "; ".join(report.problems) or f"the draft is {report.kind}, profile {profile.name} expects {expected}"
+                raise LoadgenError(f"configuration {stage_name}, node {node_name}, profile {profile.name}: draft "
+                                   f"check failed: {why} (run `loadgen check-draft` on the draft, fix the profile)")
+
+    def _pin(self, node_name: str) -> dict:
+        return self.nodes[node_name].locator.options(self.node_ids[node_name])
+
+    def server_options(self, target: TargetConfig) -> dict:
+        options = self._pin(target.node)
+        if self.fleet.server_resources:
+            options["resources"] = dict(options.get("resources", {}), **self.fleet.server_resources)
+        return options
+
+    def worker_options(self, target: TargetConfig, index: int) -> dict:
+        if self.fleet.workers == "server":
+            return self._pin(target.node)
+        position = [n.name for n in self.fleet.nodes].index(target.node)
+        clients = self.fleet.clients
+        return self._pin(clients[(position + index) % len(clients)].name)
+
+    def launch(self, server, target: TargetConfig):
+        url = self.nodes[target.node].url
+        host, port = (urlsplit(url).hostname, urlsplit(url).port or 80) if url else ("127.0.0.1", 0)
+        if self.fleet.launch == "sglang":
+            return server.start_server.remote("sglang.launch_server", list(target.emulator_args), host,
+                                              port or 30000, self.health_timeout_s)
+        return server.start_server.remote("loadgen.emulator", emulator_flags(target.emulator_args), host, port,
+                                          self.health_timeout_s)
+
+
+@ray.remote
+def _check_draft_on_node(path: str | None, flags: dict) -> draftcheck.DraftReport:
+    """Runs on the server's node: the draft folder is local to it."""
+    return draftcheck.check_draft(path or "<no --speculative-draft-model-path>", flags)
+
+
+def emulator_flags(args: tuple[str, ...]) -> list[str]:
+    """The launch args the emulator understands: SGLang-only flags (memory, kernels, quantisation) have no
+    meaning in its cost model and are dropped, so one profile drives both."""
+    from loadgen.emulator.args import build_parser
+    known = {o for a in build_parser()._actions for o in a.option_strings}
+    out, keep = [], False
+    for arg in args:
+        if arg.startswith("--"):
+            keep = arg in known
+        if keep:
+            out.append(arg)
+    return out
+
+
+def placement_for(fleet: Fleet | None) -> LocalPlacement:
+    return FleetPlacement(fleet) if fleet is not None else LocalPlacement()
+
