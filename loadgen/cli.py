@@ -1,4 +1,4 @@
-"""`loadgen` command line: capacity | run | query | report | emulate.
+"""`loadgen` command line: capacity | run | query | report | check-draft | emulate.
 
 Every user error is printed as one line naming the problem and the fix, with exit code 2.
 """
@@ -53,6 +53,11 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_draft(args: argparse.Namespace) -> int:
+    from loadgen.draftcheck import run_check
+    return run_check(args.path, args.expect, args.profile)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loadgen", description="Capacity testing for LLM servers with "
                                      "speculative decoding: Ray load workers, every frame in Parquet, DuckDB SQL.")
@@ -90,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write")
     p.add_argument("--markdown", help="also write a Markdown summary here")
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("check-draft", help="will SGLang run this DFlash draft as DFlash2, or silently as DFlash1?")
+    p.add_argument("path", help="the draft model folder, or its config.json")
+    p.add_argument("--expect", choices=("dflash1", "dflash2"), help="exit 1 unless the draft is this kind")
+    p.add_argument("--profile", help="also check a launch profile's flags against the draft (name in "
+                   "infra/profiles/ or a .toml path)")
+    p.set_defaults(func=_check_draft)
     return parser
 
 

@@ -41,7 +41,7 @@ class DraftReport:
     def lines(self) -> list[str]:
         head = {"dflash2": "DFlash2: SGLang runs it as DFlash2 (DFlash2DraftModel, selector and convolution)",
                 "dflash1": "DFlash1: SGLang runs it as DFlash1",
-                "broken": "broken: SGLang would refuse this draft"}[self.kind]
+                "broken": "broken: SGLang refuses it, or it does not run as what it declares"}[self.kind]
         out = [f"{self.path}: {head}", f"  architecture {self.architecture}, block size {self.block_size}"]
         out += [f"  problem: {p}" for p in self.problems]
         out += [f"  note: {n}" for n in self.notes]
@@ -130,6 +130,7 @@ def check_flags(report: DraftReport, flags: dict[str, Any]) -> None:
     if algorithm != "DFLASH":
         report.problems.append(f"speculative-algorithm is {algorithm or 'unset'}; a DFlash draft runs only "
                                "with --speculative-algorithm DFLASH")
+        return
     for flag in ("speculative-num-steps", "speculative-eagle-topk"):
         if flag in flags and flags[flag] != 1:
             report.problems.append(f"--{flag} {flags[flag]}: DFLASH forces it to 1 (the profile would say "
@@ -145,8 +146,8 @@ def check_flags(report: DraftReport, flags: dict[str, Any]) -> None:
             report.problems.append(f"draft budget {budget} > the draft's block size {block}: a block cannot "
                                    "draft more tokens than it has")
         elif budget < block:
-            report.notes.append(f"draft budget {budget} < block size {block}: SGLang verifies only the first "
-                                f"{budget} tokens of each block (logs 'DFLASH block size mismatch')")
+            report.notes.append(f"draft budget {budget} < block size {block}: SGLang drafts blocks of {budget} "
+                                f"with a draft trained on {block} (logs 'DFLASH block size mismatch')")
     if flags.get("enable-linear-replayssm-spec"):
         topk = flags.get("speculative-eagle-topk", 1)
         if topk != 1:
@@ -157,3 +158,18 @@ def check_flags(report: DraftReport, flags: dict[str, Any]) -> None:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def run_check(path: str, expect: str | None = None, profile: str | None = None, out=print) -> int:
+    """`loadgen check-draft`: print the verdict; 1 when the draft is not `expect` or anything is wrong."""
+    flags = None
+    if profile is not None:
+        from loadgen.fleet import PROFILES_DIR, load_profile
+        flags = load_profile(profile, PROFILES_DIR, "--profile").flags
+    report = check_draft(path, flags)
+    for line in report.lines():
+        out(line)
+    if expect is not None and report.kind != expect:
+        out(f"FAIL: expected {expect}, SGLang would run this draft as {report.kind}")
+        return 1
+    return 1 if report.problems else 0

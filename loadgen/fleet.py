@@ -265,9 +265,12 @@ def _resolve_paths(flags: dict[str, Any], base: Path) -> dict[str, Any]:
     return out
 
 
-def load_profile(name: str, profiles_dir: Path, key: str = "profile") -> Profile:
-    """`name` is a profile in `profiles_dir` (without .toml) or a path to a profile file."""
+def load_profile(name: str, profiles_dir: Path, key: str = "profile", _seen: tuple[str, ...] = ()) -> Profile:
+    """`name` is a profile in `profiles_dir` (without .toml) or a path to a profile file. `extends = "base"`
+    starts from another profile's flags (the shared flags are written, and commented, once)."""
     path = Path(name) if name.endswith(".toml") else profiles_dir / f"{name}.toml"
+    if str(path) in _seen:
+        raise ConfigError(key, f"profiles extend each other in a loop: {' -> '.join(_seen + (str(path),))}")
     if not path.is_file():
         known = sorted(p.stem for p in profiles_dir.glob("*.toml")) if profiles_dir.is_dir() else []
         raise ConfigError(key, f"no launch profile {name!r} ({path})", f"known profiles: {', '.join(known) or 'none'}")
@@ -277,10 +280,12 @@ def load_profile(name: str, profiles_dir: Path, key: str = "profile") -> Profile
         raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
     t = _Table(data, "")
     description = t.get("description", str, "")
+    extends = t.get("extends", str, None)
+    base = load_profile(extends, path.parent, f"{path}:extends", _seen + (str(path),)).flags if extends else {}
     expect = t.get("expect_draft", str, None)
     if expect not in (None, "dflash1", "dflash2"):
         raise ConfigError(f"{path}:expect_draft", f"unknown draft kind {expect!r}", "use \"dflash1\" or \"dflash2\"")
-    flags = _resolve_paths(t.get("flags", dict), path.parent)
+    flags = dict(base, **_resolve_paths(t.get("flags", dict), path.parent))
     t.done()
     if "model-path" not in flags:
         raise ConfigError(f"{path}:flags.model-path", "is required", "every launch needs the target model")
