@@ -19,6 +19,7 @@ import ray
 
 from loadgen import probe, schema
 from loadgen.clock import now_ns
+from loadgen.errors import LoadgenError
 from loadgen.http_stream import Endpoint, _StreamProtocol, stream_request
 from loadgen.prompts import Prompt
 from loadgen.protocol import adapter_for
@@ -216,6 +217,11 @@ class LoadWorker:
     async def _server_rows(self, session: aiohttp.ClientSession, step: StepSpec) -> list[dict]:
         t = now_ns()
         samples = await probe.metrics_samples(session, self.target.url, self.api_key)
+        try:  # the server's own running figures (acceptance, throughput) next to /metrics
+            info = await probe.server_info(session, self.target.url, self.api_key, within_s=1.0)
+            samples += [(n, v, dict(labels, when="during")) for n, v, labels in probe.server_info_samples(info)]
+        except LoadgenError:
+            pass  # a busy server that misses one sample is not a failure of the step
         return [{"run_id": step.run_id, "step_id": step.step_id, "target": self.target.name,
                  "node": self.target.node, "t_ns": t, "name": name, "value": value,
                  "labels": json.dumps(labels, sort_keys=True)} for name, value, labels in samples]
