@@ -20,6 +20,9 @@ class SseSplitter:
         self._held_cr = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if (not self._buf and not self._held_cr and chunk.startswith(b"data: ")
+                and chunk.find(b"\n") == len(chunk) - 2 and chunk.endswith(b"\n\n") and chunk[-3:-2] != b"\r"):
+            return [chunk[6:-2]]  # the common case: exactly one whole SGLang event in this read
         if self._held_cr:
             chunk = b"\r" + chunk
             self._held_cr = False
