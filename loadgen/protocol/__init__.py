@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from loadgen.protocol.base import Adapter
+from loadgen.protocol.openai import OpenAIChatAdapter, OpenAICompletionsAdapter, OpenAIOptions
 from loadgen.protocol.sglang_native import SglangNativeAdapter
 
 ADAPTERS: dict[str, type[Adapter]] = {
     SglangNativeAdapter.flavor: SglangNativeAdapter,
+    OpenAICompletionsAdapter.flavor: OpenAICompletionsAdapter,
+    OpenAIChatAdapter.flavor: OpenAIChatAdapter,
 }
 
 
-def adapter_for(flavor: str) -> Adapter:
-    """The adapter of a flavour; config validation has already rejected unknown names."""
-    return ADAPTERS[flavor]()
+def adapter_for(flavor: str, options: OpenAIOptions | None = None) -> Adapter:
+    """The adapter of a flavour; config validation has already rejected unknown names. `options` are the
+    openai-* flavours' resolved request options (model, usage, spec details)."""
+    if flavor == SglangNativeAdapter.flavor:
+        return SglangNativeAdapter()
+    return ADAPTERS[flavor](options)  # type: ignore[call-arg]
