@@ -144,11 +144,14 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 
-def batch_from_columns(table: str, columns: dict[str, list]) -> pa.RecordBatch:
-    """Build a record batch of `table` from python column lists (missing columns become nulls)."""
+def batch_from_columns(table: str, columns: dict[str, list], constants: dict | None = None) -> pa.RecordBatch:
+    """Build a record batch of `table` from python column lists; `constants` fill whole columns with one
+    value (cheap: no per-row Python objects); missing columns become nulls."""
     schema = TABLES[table]
+    constants = constants or {}
     n = len(next(iter(columns.values()))) if columns else 0
-    arrays = [pa.array(columns.get(f.name, [None] * n), type=f.type) for f in schema]
+    arrays = [pa.array(columns[f.name], type=f.type) if f.name in columns
+              else pa.repeat(pa.scalar(constants.get(f.name), type=f.type), n) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

@@ -84,6 +84,7 @@ class ResultsSink:
     """Ray actor around ResultsWriter: workers and the driver send batches, it writes files."""
 
     def __init__(self, results_dir: str, run_id: str) -> None:
+        os.nice(10)  # Parquet encoding must never delay a load worker's reads on a shared core
         self.writer = ResultsWriter(results_dir, run_id)
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:

@@ -28,7 +28,7 @@ from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
 
 SAMPLE_PERIOD_S = 0.5
 WATCHDOG_PERIOD_S = 0.1
-FLUSH_PERIOD_S = 0.25  # small batches: building one costs the event loop ~1 ms per 10k frames
+FLUSH_PERIOD_S = 0.1   # small batches: building one blocks the event loop ~0.16 us per frame row
 
 
 @dataclass(frozen=True)
@@ -229,11 +229,10 @@ class LoadWorker:
 
     # writing
     def _write_client_samples(self, step: StepSpec, rows: dict[str, list]) -> None:
-        n = len(rows["t_ns"])
-        if n:
-            columns = dict(rows, run_id=[step.run_id] * n, step_id=[step.step_id] * n, worker=[self.name] * n,
-                           node=[self.target.node] * n, target_in_flight=[step.concurrency] * n)
-            self._send("client_samples", schema.batch_from_columns("client_samples", columns))
+        if rows["t_ns"]:
+            constants = {"run_id": step.run_id, "step_id": step.step_id, "worker": self.name,
+                         "node": self.target.node, "target_in_flight": step.concurrency}
+            self._send("client_samples", schema.batch_from_columns("client_samples", rows, constants))
 
     def _write_server_samples(self, step: StepSpec, rows: list[dict]) -> None:
         if rows:
@@ -245,9 +244,8 @@ class LoadWorker:
         if n:
             columns = self.frames.columns()
             self.frames.clear()
-            columns["run_id"] = [step.run_id] * n
-            columns["step_id"] = [step.step_id] * n
-            self._send("frames", schema.batch_from_columns("frames", columns))
+            constants = {"run_id": step.run_id, "step_id": step.step_id}
+            self._send("frames", schema.batch_from_columns("frames", columns, constants))
         if self.finished:
             done, self.finished = self.finished, []
             self._send("requests", schema.batch_from_rows("requests", [self._row(step, s) for s in done]))
