@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadgen.arrivals import OpenLoopConfig, parse_open_loop
 from loadgen.errors import ConfigError
 from loadgen.prompts.mix import PromptsConfig, parse_prompts_config
 from loadgen.protocol import ADAPTERS
@@ -32,6 +33,10 @@ class TargetConfig:
     emulator_args: tuple[str, ...]   # `python -m loadgen.emulator` flags (launch_server style), if launched
     node: str
     api_key_env: str | None
+    api_key_file: str | None = None  # read on the worker; the key itself is never stored
+    model: str | None = None         # openai-*: the `model` field; None = the first of GET /v1/models
+    continuous_usage: bool = True    # openai-*: ask for usage on every frame (per-frame token counts)
+    spec_details: bool | None = None  # openai-*: ask for SGLang's spec_tokens_details; None = if SGLang >= 0.5.23
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class LoadConfig:
     workers_per_target: int
     schedule: str                    # together: every target in the same step; one_at_a_time: each alone
     flush_cache: bool
+    open_loop: OpenLoopConfig | None = None  # mode "open": rates and arrival process (concurrency is empty)
     requests: int | None = None      # fixed-count steps: exactly this many requests per target, all measured
 
 
@@ -153,10 +159,12 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
 
 def _parse_load(t: _Table) -> LoadConfig:
     mode = t.get("mode", str, "closed")
-    if mode != "closed":
-        raise ConfigError("load.mode", f"unknown mode {mode!r}", "use \"closed\" (fixed concurrency)")
-    levels = t.get("concurrency", list)
-    if not levels:
+    if mode not in ("closed", "open"):
+        raise ConfigError("load.mode", f"unknown mode {mode!r}",
+                          "use \"closed\" (fixed concurrency) or \"open\" (arrivals at a rate)")
+    open_loop = parse_open_loop(t, mode)
+    levels = t.get("concurrency", list) if open_loop is None else []
+    if not levels and open_loop is None:
         raise ConfigError("load.concurrency", "is empty", "list the levels to sweep, e.g. [1, 2, 4, 8]")
     for i, c in enumerate(levels):
         if not isinstance(c, int) or isinstance(c, bool) or c < 1:
@@ -169,6 +177,9 @@ def _parse_load(t: _Table) -> LoadConfig:
     workers = t.get("workers_per_target", int, 1)
     if workers < 1:
         raise ConfigError("load.workers_per_target", f"must be >= 1, got {workers}")
+    if open_loop is not None and open_loop.max_in_flight < workers:
+        raise ConfigError("load.max_in_flight", f"{open_loop.max_in_flight} is below workers_per_target = {workers}",
+                          "every worker needs at least one slot: raise max_in_flight")
     schedule = t.get("schedule", str, "together")
     if schedule not in ("together", "one_at_a_time"):
         raise ConfigError("load.schedule", f"unknown schedule {schedule!r}", "use \"together\" or \"one_at_a_time\"")
@@ -179,7 +190,7 @@ def _parse_load(t: _Table) -> LoadConfig:
         raise ConfigError("load.requests", "fixed-count steps have no timed window",
                           "drop measure_s/warmup_s, or drop requests")
     config = LoadConfig(
-        requests=requests, mode=mode, concurrency=tuple(levels), repeats=repeats,
+        requests=requests, mode=mode, concurrency=tuple(levels), repeats=repeats, open_loop=open_loop,
         warmup_s=t.positive("warmup_s", 3.0, allow_zero=True), measure_s=t.positive("measure_s", 20.0),
         drain_timeout_s=t.positive("drain_timeout_s", 120.0, allow_zero=True),
         stall_timeout_s=t.positive("stall_timeout_s", 60.0), request_timeout_s=t.positive("request_timeout_s", 900.0),
@@ -207,8 +218,27 @@ def _parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
     args = _emulator_args(emulator, f"{key}.emulator", base_dir) if emulator is not None else ()
     node = t.get("node", str, "local")
     api_key_env = t.get("api_key_env", str, None)
+    api_key_file = t.get("api_key_file", str, None)
+    if api_key_env is not None and api_key_file is not None:
+        raise ConfigError(f"{key}.api_key_file", "cannot be combined with api_key_env", "give the key one way")
+    if api_key_file is not None:
+        api_key_file = str((base_dir / api_key_file).resolve())  # read on the worker, at preflight
+    openai = _openai_options(t, key, flavor)
     t.done()
-    return TargetConfig(name, flavor, url, args, node, api_key_env)
+    return TargetConfig(name, flavor, url, args, node, api_key_env, api_key_file, *openai)
+
+
+def _openai_options(t: _Table, key: str, flavor: str) -> tuple[str | None, bool, bool | None]:
+    """model, continuous_usage, spec_details: request options of the openai-* flavours only."""
+    if not flavor.startswith("openai-"):
+        for name in ("model", "continuous_usage", "spec_details"):
+            if name in t.data:
+                raise ConfigError(f"{key}.{name}", f"only applies to openai-* flavors (flavor is {flavor!r})",
+                                  "remove it, or set flavor = \"openai-completions\" / \"openai-chat\"")
+    model = t.get("model", str, None)
+    if model is not None and not model:
+        raise ConfigError(f"{key}.model", "is empty", "leave it out to use the server's first model")
+    return model, t.get("continuous_usage", bool, True), t.get("spec_details", bool, None)
 
 
 def _check_url(url: str, key: str) -> None:

@@ -1,0 +1,102 @@
+"""Open-loop arrivals: when each request of a step is planned to be sent (constant, Poisson or gamma).
+
+A target's schedule is one renewal process: inter-arrival gaps with mean 1/rate, drawn from a seeded generator;
+constant gaps are exactly 1/rate, Poisson's exponential (CV 1), gamma's of shape `burstiness` (CV
+1/sqrt(burstiness); 1 = Poisson, < 1 burstier, > 1 smoother; vLLM's `--burstiness`). The gaps are drawn with
+mean 1 and divided by the rate, so every rate of a sweep replays the same pattern, only faster, and every step
+the same sequence (as the prompt mix does). A target's W workers each take every W-th arrival of the one
+schedule, so the target sees exactly the configured process, not a superposition of W thinner ones.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.errors import ConfigError
+
+ARRIVALS = ("constant", "poisson", "gamma")
+_OPEN_KEYS = ("rates", "arrival", "burstiness", "seed", "max_in_flight")
+
+
+@dataclass(frozen=True)
+class OpenLoopConfig:
+    """`load.mode = "open"`: the rates to sweep (requests/s per target) and the arrival process."""
+
+    rates: tuple[float, ...]
+    arrival: str            # constant | poisson | gamma
+    burstiness: float       # gamma shape
+    seed: int
+    max_in_flight: int      # per target: arrivals beyond it wait for a free slot and are sent late
+
+
+@dataclass(frozen=True)
+class ArrivalSpec:
+    """One worker's part of one step's schedule: arrivals index, index + stride, ... of the target's."""
+
+    arrival: str
+    rate: float             # the target's total rate, requests/s
+    burstiness: float
+    seed: int
+    index: int = 0
+    stride: int = 1
+
+
+def unit_gaps(arrival: str, burstiness: float, seed: int) -> Iterator[float]:
+    """Inter-arrival gaps with mean 1, forever."""
+    if arrival == "constant":
+        while True:
+            yield 1.0
+    rng = random.Random(f"arrivals:{seed}")
+    if arrival == "poisson":
+        while True:
+            yield rng.expovariate(1.0)
+    shape = burstiness
+    while True:
+        yield rng.gammavariate(shape, 1.0 / shape)
+
+
+def arrival_times(spec: ArrivalSpec) -> Iterator[tuple[int, float]]:
+    """(arrival number, seconds after the step's start) of this worker's arrivals, in order, forever."""
+    t = 0.0
+    scale = 1.0 / spec.rate
+    for n, gap in enumerate(unit_gaps(spec.arrival, spec.burstiness, spec.seed)):
+        t += gap * scale
+        if n % spec.stride == spec.index:
+            yield n, t
+
+
+def parse_open_loop(t: Any, mode: str) -> OpenLoopConfig | None:
+    """The open-loop keys of [load] (`t` is config's table reader); None in closed mode, where they are errors."""
+    if mode != "open":
+        for name in _OPEN_KEYS:
+            if name in t.data:
+                raise ConfigError(f"load.{name}", "only applies to open-loop load",
+                                  'set load.mode = "open" (and rates), or remove it')
+        return None
+    if "concurrency" in t.data:
+        raise ConfigError("load.concurrency", "open-loop load has rates, not concurrency levels",
+                          "remove concurrency and list load.rates (requests/s per target), or use mode = \"closed\"")
+    rates = t.get("rates", list)
+    if not rates:
+        raise ConfigError("load.rates", "is empty", "list the rates to sweep in requests/s, e.g. [0.5, 1, 2]")
+    for i, r in enumerate(rates):
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+            raise ConfigError(f"load.rates[{i}]", f"must be a number of requests/s > 0, got {r!r}")
+    if len(set(rates)) != len(rates):
+        raise ConfigError("load.rates", "has a rate twice", "use `repeats` to run a rate again")
+    arrival = t.get("arrival", str, "poisson")
+    if arrival not in ARRIVALS:
+        raise ConfigError("load.arrival", f"unknown arrival process {arrival!r}", f"use one of {', '.join(ARRIVALS)}")
+    if "burstiness" in t.data and arrival != "gamma":
+        raise ConfigError("load.burstiness", f"only applies to arrival = \"gamma\" (arrival is {arrival!r})",
+                          'set arrival = "gamma" or remove burstiness')
+    burstiness = t.positive("burstiness", 1.0)
+    seed = t.get("seed", int, 0)
+    cap = t.get("max_in_flight", int, 1024)
+    if cap < 1:
+        raise ConfigError("load.max_in_flight", f"must be >= 1, got {cap}")
+    return OpenLoopConfig(tuple(float(r) for r in rates), arrival, burstiness, seed, cap)
