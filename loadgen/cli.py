@@ -22,21 +22,37 @@ def _adhoc(args: argparse.Namespace) -> int:
 
     from loadgen import analysis, ray_setup
     from loadgen.config import parse_experiment
+    from loadgen.errors import ConfigError
     from loadgen.runner import run_experiment
     experiment = {
         "run": {"name": args.name},
         "load": {"concurrency": args.concurrency, "requests": args.requests,
-                 "workers_per_target": args.workers, "flush_cache": args.flavor == "sglang"},
+                 "workers_per_target": args.workers, "flush_cache": args.flavor == "sglang",
+                 "stall_timeout_s": args.stall_timeout, "request_timeout_s": args.request_timeout},
         "prompts": {"max_new_tokens": args.max_tokens, "ignore_eos": True, "seed": args.seed},
         "targets": [{"name": "target", "url": args.url, "flavor": args.flavor}],
     }
-    exp = parse_experiment(experiment, Path("."), "--flags")
+    if args.error_budget is not None:
+        b = args.error_budget   # a flag is always a float: 5 means a count, 0.05 a share
+        experiment["load"]["error_budget"] = int(b) if b.is_integer() else b
+    try:
+        exp = parse_experiment(experiment, Path("."), "--flags")
+    except ConfigError as exc:  # name the flag the user typed, not the config key it became
+        flag = next((f for k, f in _FLAG_OF_KEY.items() if exc.key.startswith(k)), exc.key)
+        raise ConfigError(flag, exc.problem, exc.fix) from None
     ray_setup.connect(args.ray_address)
     result = run_experiment(exp, args.results)
     con = analysis.open_results(result.results_dir, [result.run_id])
     for name in ("throughput_by_concurrency", "latency_by_concurrency"):
         print(analysis.render(analysis.run_query(con, name), "table"))
     return 0 if result.status == "complete" else 1
+
+
+_FLAG_OF_KEY = {"load.concurrency": "--concurrency", "load.requests": "--requests",
+                "load.workers_per_target": "--workers", "load.stall_timeout_s": "--stall-timeout",
+                "load.request_timeout_s": "--request-timeout", "load.error_budget": "--error-budget",
+                "prompts.max_new_tokens": "--max-tokens", "prompts.seed": "--seed", "run.name": "--name",
+                "targets[0].url": "--url", "targets[0].flavor": "--flavor", "targets": "--url"}
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -77,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=128, help="max_new_tokens (ignore_eos is on)")
     p.add_argument("--workers", type=int, default=1, help="worker actors (each holds its share of streams)")
     p.add_argument("--seed", type=int, default=0, help="prompt sequence seed")
+    p.add_argument("--stall-timeout", type=float, default=60.0, help="cut a request after this many seconds "
+                   "without data (default 60)")
+    p.add_argument("--request-timeout", type=float, default=900.0, help="cut a request after this many "
+                   "seconds in total (default 900)")
+    p.add_argument("--error-budget", type=float, default=None, help="stop the run when a step has more failed "
+                   "requests than this (a count >= 1, or a fraction < 1 of the step's requests; default: never)")
     p.add_argument("--name", default="adhoc", help="run name (part of the run id)")
     p.add_argument("--results", default="results", help="results folder (default ./results)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")

@@ -54,6 +54,8 @@ class LoadConfig:
     flush_cache: bool
     open_loop: OpenLoopConfig | None = None  # mode "open": rates and arrival process (concurrency is empty)
     requests: int | None = None      # fixed-count steps: exactly this many requests per target, all measured
+    error_budget: float | None = None  # failed requests a step may have: a count (>= 1) or a share (< 1)
+    on_worker_death: str = "continue"  # continue | stop: what a run does after a load worker died
 
 
 @dataclass(frozen=True)
@@ -194,9 +196,29 @@ def _parse_load(t: _Table) -> LoadConfig:
         warmup_s=t.positive("warmup_s", 3.0, allow_zero=True), measure_s=t.positive("measure_s", 20.0),
         drain_timeout_s=t.positive("drain_timeout_s", 120.0, allow_zero=True),
         stall_timeout_s=t.positive("stall_timeout_s", 60.0), request_timeout_s=t.positive("request_timeout_s", 900.0),
-        workers_per_target=workers, schedule=schedule, flush_cache=t.get("flush_cache", bool, True))
+        workers_per_target=workers, schedule=schedule, flush_cache=t.get("flush_cache", bool, True),
+        error_budget=_error_budget(t), on_worker_death=_choice(t, "on_worker_death", ("continue", "stop")))
     t.done()
     return config
+
+
+def _error_budget(t: _Table) -> float | None:
+    """A whole number is a count of failed requests per step; a fraction below 1 is a share of them."""
+    raw = t.data.get("error_budget")
+    value = t.get("error_budget", (int, float), None)
+    if value is None:
+        return None
+    fix = "a whole number of failed requests per step (e.g. 10), or a share below 1 (e.g. 0.05)"
+    if isinstance(raw, int) and value < 0 or isinstance(raw, float) and not 0 < value < 1:
+        raise ConfigError("load.error_budget", f"must be {fix}, got {raw!r}", "or leave it out: never stop")
+    return value
+
+
+def _choice(t: _Table, name: str, options: tuple[str, ...]) -> str:
+    value = t.get(name, str, options[0])
+    if value not in options:
+        raise ConfigError(f"load.{name}", f"unknown value {value!r}", "use " + " or ".join(f'"{o}"' for o in options))
+    return value
 
 
 def _parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
