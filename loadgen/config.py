@@ -237,7 +237,12 @@ def _parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
     if url is not None:
         _check_url(url, f"{key}.url")
         url = url.rstrip("/")
-    args = _emulator_args(emulator, f"{key}.emulator", base_dir) if emulator is not None else ()
+    args: tuple[str, ...] = ()
+    if emulator is not None:
+        args = _emulator_args(emulator, f"{key}.emulator", base_dir)
+        if "model-path" not in emulator:  # required by launch_server's flags; the emulator only reports it
+            args += ("--model-path", "emulated/qwen3.8-27b-nvfp4")
+        _check_emulator_flags(args, f"{key}.emulator")
     node = t.get("node", str, "local")
     api_key_env = t.get("api_key_env", str, None)
     api_key_file = t.get("api_key_file", str, None)
@@ -293,3 +298,18 @@ def _emulator_args(table: dict, key: str, base_dir: Path) -> tuple[str, ...]:
         else:
             raise ConfigError(f"{key}.{flag}", f"must be a string, number or boolean, got {type(value).__name__}")
     return tuple(args)
+
+
+def _check_emulator_flags(args: tuple[str, ...], key: str) -> None:
+    """Parse the flags with the emulator's own parser now, so a typo fails before any server starts."""
+    from loadgen.emulator.args import build_parser
+
+    parser = build_parser()
+    parser.allow_abbrev = False  # a misspelt flag must not pass as an abbreviation of a real one
+
+    def error(message: str) -> None:
+        raise ConfigError(key, f"the emulator rejects these flags: {message}",
+                          "see python -m loadgen.emulator --help (keys are its flags without the dashes)")
+
+    parser.error = error  # type: ignore[method-assign]
+    parser.parse_args([*args, "--host", "127.0.0.1", "--port", "1"])

@@ -88,6 +88,10 @@ BAD = [
     ("emulator unknown algorithm", _with("targets[1].emulator", {"speculative-algorithm": "MEDUSA"}),
      "targets[1].emulator.speculative-algorithm", "unknown algorithm"),
     ("emulator flag list", _with("targets[1].emulator", {"seed": [1]}), "targets[1].emulator.seed", "must be"),
+    ("emulator misspelt flag", _with("targets[1].emulator", {"speculative-num-step": 3}), "targets[1].emulator",
+     "rejects these flags"),
+    ("emulator flag bad value", _with("targets[1].emulator", {"speculative-num-steps": 0}), "targets[1].emulator",
+     "rejects these flags"),
     ("prompts unknown key", _with("prompts.max_tokens", 3), "prompts.max_tokens", "unknown key"),
 ]
 
@@ -119,7 +123,8 @@ def test_missing_and_broken_files(tmp_path):
 def test_good_config_and_plan():
     exp = parse_experiment(_with("load.repeats", 2), REPO)
     assert exp.targets[0].url == "http://127.0.0.1:30000" and exp.targets[1].url is None
-    assert exp.targets[1].emulator_args == ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3")
+    assert exp.targets[1].emulator_args == ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+                                            "--model-path", "emulated/qwen3.8-27b-nvfp4")
     steps = plan_steps(exp)
     assert [(s.repeat, s.concurrency, s.targets) for s in steps] == [
         (0, 1, ("a", "b")), (0, 2, ("a", "b")), (1, 1, ("a", "b")), (1, 2, ("a", "b"))]
