@@ -281,7 +281,11 @@ def load_profile(name: str, profiles_dir: Path, key: str = "profile", _seen: tup
     t = _Table(data, "")
     description = t.get("description", str, "")
     extends = t.get("extends", str, None)
-    base = load_profile(extends, path.parent, f"{path}:extends", _seen + (str(path),)).flags if extends else {}
+    if extends:   # a profile beside this one, else a shipped one
+        here = path.parent if (path.parent / f"{extends}.toml").is_file() else profiles_dir
+        base = load_profile(extends, here, f"{path}:extends", _seen + (str(path),)).flags
+    else:
+        base = {}
     expect = t.get("expect_draft", str, None)
     if expect not in (None, "dflash1", "dflash2"):
         raise ConfigError(f"{path}:expect_draft", f"unknown draft kind {expect!r}", "use \"dflash1\" or \"dflash2\"")
@@ -345,6 +349,9 @@ class LocalPlacement:
     def launch(self, server, target: TargetConfig):
         return server.start_emulator.remote(list(target.emulator_args), self.health_timeout_s)
 
+    def verify(self, targets: list[tuple[TargetConfig, list]], servers: dict[str, Any], log) -> None:
+        """Nothing was pinned."""
+
 
 class FleetPlacement(LocalPlacement):
     """Pins every target's server and workers to its fleet node; launches SGLang or the emulator there."""
@@ -377,6 +384,19 @@ class FleetPlacement(LocalPlacement):
                 raise LoadgenError(f"configuration {stage_name}, node {node_name}, profile {profile.name}: draft "
                                    f"check failed: {why} (run `loadgen check-draft` on the draft, fix the profile)")
 
+    def verify(self, targets: list[tuple[TargetConfig, list]], servers: dict[str, Any], log) -> None:
+        """Ask every placed actor where it runs: a worker or server off its node stops the run before load."""
+        for target, workers in targets:
+            where = ray.get([w.node_id.remote() for w in workers]
+                            + ([servers[target.name].node_id.remote()] if target.name in servers else []))
+            expected = [self.node_ids[self._worker_node(target, i)] for i in range(len(workers))]
+            expected += [self.node_ids[target.node]] if target.name in servers else []
+            log(f"placed {target.name}: workers on {', '.join(where[:len(workers)])}"
+                + (f", server on {where[-1]}" if target.name in servers else ""))
+            if where != expected:
+                raise LoadgenError(f"target {target.name}: actors landed on Ray nodes {where}, expected {expected}; "
+                                   "the fleet's resources/labels do not single out one node each")
+
     def _pin(self, node_name: str) -> dict:
         return self.nodes[node_name].locator.options(self.node_ids[node_name])
 
@@ -387,11 +407,15 @@ class FleetPlacement(LocalPlacement):
         return options
 
     def worker_options(self, target: TargetConfig, index: int) -> dict:
+        return self._pin(self._worker_node(target, index))
+
+    def _worker_node(self, target: TargetConfig, index: int) -> str:
+        """The server's own node, or the client nodes round-robin (by server node, then worker)."""
         if self.fleet.workers == "server":
-            return self._pin(target.node)
+            return target.node
         position = [n.name for n in self.fleet.nodes].index(target.node)
         clients = self.fleet.clients
-        return self._pin(clients[(position + index) % len(clients)].name)
+        return clients[(position + index) % len(clients)].name
 
     def launch(self, server, target: TargetConfig):
         url = self.nodes[target.node].url

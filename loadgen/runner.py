@@ -145,6 +145,7 @@ def _bring_up(exp: Experiment, stage_targets: tuple[TargetConfig, ...], placemen
         workers = [LoadWorker.options(**placement.worker_options(t, i)).remote(
                        f"{t.name}.w{i}", spec, prompts[i::n], sampling, sink) for i in range(n)]
         targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}))
+    placement.verify([(t.config, t.workers) for t in targets], dict(zip(launches, servers)), log)
     infos = ray.get([t.workers[0].server_info.remote() for t in targets])
     for target, info in zip(targets, infos):
         target.info = info

@@ -84,14 +84,17 @@ def ray_head(tmp_dir: str, *head_args: str, workers: Sequence[Sequence[str]] = (
         return [f"--{name}={free_port()}" for name in (
             "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
             "metrics-export-port", "node-manager-port", "object-manager-port", *names)]
+    # The single-machine guard (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, set above) refuses extra raylets.
+    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1") if workers else None
     subprocess.run(["ray", "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
                     "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
                     *ports("ray-client-server-port"), *head_args,
                     f"--temp-dir={tmp_dir}", "--include-dashboard=true", "--disable-usage-stats"],
-                   check=True, capture_output=True, timeout=120)
+                   check=True, capture_output=True, timeout=120, env=env)
     for args in workers:
         subprocess.run(["ray", "start", f"--address=127.0.0.1:{gcs_port}", "--node-ip-address=127.0.0.1",
-                        *ports(), *args, "--disable-usage-stats"], check=True, capture_output=True, timeout=120)
+                        *ports(), *args, "--disable-usage-stats"], check=True, capture_output=True, timeout=120,
+                       env=env)
     try:
         yield f"http://127.0.0.1:{dashboard_port}"
     finally:

@@ -1,0 +1,32 @@
+-- fleet_nodes: every node against the fleet median, per configuration and concurrency.
+--
+-- A fleet run names its targets <node>.<configuration> (loadgen.fleet); `configuration` is that suffix
+-- (the whole target name for other runs). Per node, configuration and load level, over its repeats:
+--   tok_s, accept_len    medians over repeats of the step's aggregate tok/s and acceptance length
+--                        (throughput_by_concurrency / acceptance_by_concurrency definitions)
+--   peers                nodes of the same run and configuration running the same algorithm and draft
+--                        tokens at the same load level (the node itself included)
+--   fleet_tok_s, fleet_accept_len   median of those peers
+--   tok_s_vs_fleet_pct   100 (tok_s / fleet_tok_s - 1); accept_len_vs_fleet_pct likewise
+--   outlier              TRUE when tok/s or acceptance is more than `outlier_pct` (default 15) % off the
+--                        fleet median; NULL with fewer than 3 peers (two nodes cannot say which one is off)
+SELECT l.run_id, c.configuration, c.node, l.target, l.algorithm, l.draft_tokens, l.concurrency, l.rate,
+       l.repeats, round(l.tok_s, 2) AS tok_s, round(l.accept_len, 3) AS accept_len,
+       p.peers, round(p.fleet_tok_s, 2) AS fleet_tok_s, round(p.fleet_accept_len, 3) AS fleet_accept_len,
+       round(pct_change(l.tok_s, p.fleet_tok_s), 1) AS tok_s_vs_fleet_pct,
+       round(pct_change(l.accept_len, p.fleet_accept_len), 1) AS accept_len_vs_fleet_pct,
+       CASE WHEN p.peers < 3 THEN NULL
+            ELSE abs(pct_change(l.tok_s, p.fleet_tok_s)) > coalesce(getvariable('outlier_pct'), 15)
+                 OR coalesce(abs(pct_change(l.accept_len, p.fleet_accept_len))
+                             > coalesce(getvariable('outlier_pct'), 15), FALSE) END AS outlier,
+       l.emulated
+FROM level_results l
+JOIN fleet_targets c USING (run_id, target)
+JOIN (SELECT l.run_id, c.configuration, l.algorithm, l.draft_tokens, l.concurrency, l.rate,
+             count(*) AS peers, median(l.tok_s) AS fleet_tok_s, median(l.accept_len) AS fleet_accept_len
+      FROM level_results l JOIN fleet_targets c USING (run_id, target)
+      GROUP BY ALL) p
+  ON p.run_id = l.run_id AND p.configuration = c.configuration
+ AND p.algorithm IS NOT DISTINCT FROM l.algorithm AND p.draft_tokens IS NOT DISTINCT FROM l.draft_tokens
+ AND p.concurrency IS NOT DISTINCT FROM l.concurrency AND p.rate IS NOT DISTINCT FROM l.rate
+ORDER BY l.run_id, c.configuration, l.concurrency, l.rate, c.node;

@@ -1,0 +1,203 @@
+"""A three-node Ray cluster on one machine (a head and two more raylets, each with its own custom resource or
+label), emulated Sparks with different profiles, submitted with `ray job submit`: placement, node tags, a
+profile sweep that restarts the servers, no server left behind (also after a failing job), and the fleet
+queries flag the node that was deliberately slowed."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadgen import analysis
+from tests.conftest import ray_head, submit_job
+
+REPO = Path(__file__).parents[1]
+MARK = f"fleet-test-{uuid.uuid4().hex[:8]}"   # in every emulator's --model-path: finds our server processes
+
+FLEET = f"""
+[fleet]
+name = "three-sparks"
+launch = "emulator"
+health_timeout_s = 60
+[fleet.replace]
+model-path = "{MARK}"
+speculative-draft-model-path = "{REPO}/loadgen/emulator/drafts/dflash2"
+[[fleet.nodes]]
+name = "spark1"
+resource = "spark1"
+flags = {{ seed = 1, time-scale = 4.0 }}
+[[fleet.nodes]]
+name = "spark2"
+resource = "spark2"
+flags = {{ seed = 2, time-scale = 4.0 }}
+[[fleet.nodes]]
+name = "spark3"
+labels = {{ loadgen-node = "spark3" }}
+flags = {{ seed = 3, time-scale = 2.0 }}   # half as fast: the node fleet_nodes must flag
+"""
+
+EXPERIMENT = """
+[run]
+name = "{name}"
+[load]
+concurrency = [4]
+warmup_s = 0.5
+measure_s = 2.5
+drain_timeout_s = 20
+[prompts]
+max_new_tokens = 16
+ignore_eos = true
+[fleet]
+file = "fleet.toml"
+{configurations}
+"""
+
+SWEEP = """
+[[fleet.configurations]]
+name = "mixed"
+nodes = { spark1 = "mtp", spark2 = "dflash2-b8", spark3 = "none" }
+[[fleet.configurations]]
+profile = "mtp"
+"""
+
+BROKEN = """
+[[fleet.configurations]]
+name = "crash"
+profile = "mtp"
+nodes = { spark3 = "%s" }
+"""
+
+
+def _our_servers() -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(MARK in a for a in p.info["cmdline"] or []):
+                found.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def _write(folder: Path, name: str, configurations: str) -> Path:
+    (folder / "fleet.toml").write_text(FLEET)
+    path = folder / f"{name}.toml"
+    path.write_text(EXPERIMENT.format(name=name, configurations=configurations))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    ray_dir = tempfile.mkdtemp(prefix="lgf-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    head = ['--resources={"spark1": 1}', "--object-store-memory=100000000"]
+    workers = [["--num-cpus=1", '--resources={"spark2": 1}', "--object-store-memory=100000000"],
+               ["--num-cpus=1", "--labels=loadgen-node=spark3", "--object-store-memory=100000000"]]
+    with ray_head(ray_dir, *head, workers=workers) as address:
+        from ray.util.state import list_nodes
+        nodes = list_nodes(address=address, detail=True)
+        ids = {}
+        for n in nodes:
+            if n.state != "ALIVE":
+                continue
+            if n.resources_total.get("spark1"):
+                ids["spark1"] = n.node_id
+            elif n.resources_total.get("spark2"):
+                ids["spark2"] = n.node_id
+            elif n.labels.get("loadgen-node") == "spark3":
+                ids["spark3"] = n.node_id
+        assert len(ids) == 3, nodes
+        yield address, ids
+
+
+@pytest.fixture(scope="module")
+def sweep(cluster, tmp_path_factory):
+    address, ids = cluster
+    folder = tmp_path_factory.mktemp("fleet")
+    results = folder / "results"
+    job = submit_job(address, ["python3", "-m", "jobs.fleet", "--config", str(_write(folder, "sweep", SWEEP)),
+                               "--results", str(results)])
+    left = _our_servers()   # the cluster is still up: only the job itself can have stopped them
+    return job, results, ids, left
+
+
+def test_fleet_job_succeeds(sweep):
+    job, *_ = sweep
+    assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-3000:]
+    assert "fleet_nodes" in job.stdout and "fleet_capacity" in job.stdout
+
+
+def test_workers_and_servers_ran_on_their_pinned_nodes(sweep):
+    job, _, ids, _ = sweep
+    placed = dict(re.findall(r"placed (\S+): (.*)", job.stdout))
+    assert len(placed) == 6, job.stdout[-3000:]   # 3 nodes x 2 configurations
+    for target, where in placed.items():
+        node = target.split(".")[0]
+        assert set(re.findall(r"[0-9a-f]{56}", where)) == {ids[node]}, (target, where)
+
+
+def test_every_row_is_tagged_with_its_node(sweep):
+    _, results, _, _ = sweep
+    con = analysis.open_results(results)
+    for table in ("steps", "requests", "server_samples"):
+        bad = con.execute(f"SELECT count(*) FROM {table} WHERE NOT starts_with(target, node || '.')").fetchall()
+        nodes = {r[0] for r in con.execute(f"SELECT DISTINCT node FROM {table}").fetchall()}
+        assert bad == [(0,)] and nodes == {"spark1", "spark2", "spark3"}, table
+    algorithms = dict(con.execute("SELECT target, algorithm FROM steps").fetchall())
+    assert algorithms == {"spark1.mixed": "NEXTN", "spark2.mixed": "DFLASH", "spark3.mixed": "NONE",
+                          "spark1.mtp": "NEXTN", "spark2.mtp": "NEXTN", "spark3.mtp": "NEXTN"}
+    during = con.execute("SELECT count(DISTINCT target) FROM server_samples WHERE name = 'avg_spec_accept_length' "
+                         "AND json_extract_string(labels, '$.when') = 'during'").fetchall()
+    assert during == [(6,)]   # /get_server_info sampled during every step, on every node
+    ok = con.execute("SELECT count(*) FROM requests WHERE status = 'ok' AND phase = 'measure'").fetchall()[0][0]
+    assert ok > 20
+
+
+def test_profile_sweep_restarted_the_servers(sweep):
+    _, results, _, _ = sweep
+    logs = sorted((results / "logs").glob("run_id=*/*.log"))
+    assert [p.name for p in logs] == sorted(f"spark{i}.{c}.log" for i in (1, 2, 3) for c in ("mixed", "mtp"))
+    pids = [int(re.search(r"\[loadgen\] pid (\d+)", p.read_text()).group(1)) for p in logs]
+    assert len(set(pids)) == 6   # a new server process per node and configuration
+    assert "--speculative-algorithm DFLASH" in (logs[1].read_text().splitlines()[0])  # spark2.mixed
+    assert "--quantization" not in logs[0].read_text()   # SGLang-only flags are not passed to the emulator
+
+
+def test_no_server_left_after_the_job(sweep):
+    *_, left = sweep
+    assert left == []
+
+
+def test_fleet_queries_flag_the_slowed_node(sweep):
+    _, results, _, _ = sweep
+    con = analysis.open_results(results)
+    rows = analysis.run_query(con, "fleet_nodes").to_pylist()
+    mtp = {r["node"]: r for r in rows if r["configuration"] == "mtp"}
+    assert mtp["spark3"]["outlier"] is True and mtp["spark3"]["tok_s_vs_fleet_pct"] < -25, mtp
+    assert mtp["spark1"]["outlier"] is False and mtp["spark2"]["outlier"] is False, mtp
+    assert all(r["outlier"] is None for r in rows if r["configuration"] == "mixed")   # no peers to compare
+    capacity = {r["configuration"]: r for r in analysis.run_query(con, "fleet_capacity").to_pylist()}
+    assert capacity["mtp"]["nodes"] == 3 and capacity["mtp"]["together"] is True
+    assert capacity["mtp"]["fleet_tok_s"] == pytest.approx(sum(r["tok_s"] for r in mtp.values()), abs=0.05)
+
+
+def test_failing_job_leaves_no_server(cluster, tmp_path):
+    """spark3's server cannot start (a bad flag), while spark1's and spark2's are already up: the job fails
+    with the server's own error, and stops the servers that did start."""
+    address, _ = cluster
+    bad = tmp_path / "bad-profile.toml"
+    bad.write_text('extends = "mtp"\n[flags]\nmax-running-requests = 0\n')
+    experiment = _write(tmp_path, "crash", BROKEN % bad)
+    job = submit_job(address, ["python3", "-m", "jobs.fleet", "--config", str(experiment),
+                               "--results", str(tmp_path / "results")])
+    assert job.returncode != 0
+    assert "spark3.crash" in job.stdout + job.stderr and "exited with code" in job.stdout + job.stderr
+    assert _our_servers() == []
+    status = json.loads(analysis.render(analysis.run_query(analysis.open_results(tmp_path / "results"), "runs"),
+                                        "json"))
+    assert status[0]["status"] == "failed"
