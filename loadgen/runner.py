@@ -23,6 +23,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loadgen import __version__, schema
+from loadgen.arrivals import ArrivalSpec
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, TargetConfig
 from loadgen.errors import TargetError
@@ -140,14 +141,16 @@ def _bring_up(exp: Experiment, stage_targets: tuple[TargetConfig, ...], placemen
     sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature)
     targets = []
     for t in stage_targets:
-        spec = TargetSpec(t.name, urls[t.name], t.flavor, t.node, t.api_key_env)
+        spec = TargetSpec(t.name, urls[t.name], t.flavor, t.node, t.api_key_env, t.api_key_file, t.model,
+                          t.continuous_usage, t.spec_details)
         n = exp.load.workers_per_target
         workers = [LoadWorker.options(**placement.worker_options(t, i)).remote(
                        f"{t.name}.w{i}", spec, prompts[i::n], sampling, sink) for i in range(n)]
         targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}))
     placement.verify([(t.config, t.workers) for t in targets], dict(zip(launches, servers)), log)
-    infos = ray.get([t.workers[0].server_info.remote() for t in targets])
-    for target, info in zip(targets, infos):
+    preflights = ray.get([t.workers[0].preflight.remote() for t in targets])
+    for target, (info, options) in zip(targets, preflights):
+        ray.get([w.configure.remote(options) for w in target.workers[1:]])
         target.info = info
         log(f"target {target.config.name}: {_describe(info)}")
     return targets
@@ -193,15 +196,20 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     for t in targets:
         shares = split_concurrency(step.concurrency, len(t.workers))
         quotas = split_concurrency(load.requests, len(t.workers)) if counted else [None] * len(shares)
-        for worker, share, quota in zip(t.workers, shares, quotas):
+        for i, (worker, share, quota) in enumerate(zip(t.workers, shares, quotas)):
             if share and quota != 0:
-                spec = StepSpec(run_id, step.step_id, share, t_start, t_ms, t_me, load.stall_timeout_s,
-                                load.request_timeout_s, sample_server=worker is t.workers[0], max_requests=quota)
+                arrival = None if step.rate is None else ArrivalSpec(
+                    load.open_loop.arrival, step.rate, load.open_loop.burstiness, load.open_loop.seed, i,
+                    len(t.workers), max_in_flight=share)
+                spec = StepSpec(run_id, step.step_id, share if arrival is None else None, t_start, t_ms, t_me,
+                                load.stall_timeout_s, load.request_timeout_s, sample_server=worker is t.workers[0],
+                                max_requests=quota, arrivals=arrival)
                 active.append(worker)
                 ray.get(worker.start_step.remote(spec))
     window = f"{load.requests} requests per target" if counted else (
         f"warm-up {load.warmup_s:g} s, measure {load.measure_s:g} s")
-    log(f"[step {step.step_id + 1}/{total_steps}] C={step.concurrency} repeat {step.repeat} "
+    level = f"C={step.concurrency}" if step.rate is None else f"rate={step.rate:g}/s"
+    log(f"[step {step.step_id + 1}/{total_steps}] {level} repeat {step.repeat} "
         f"targets {','.join(step.targets)}: {window}")
     if counted:
         drained = _wait_for_drain(active, t_start, now_ns() + int(load.request_timeout_s * 1e9), counted=True)
@@ -252,7 +260,8 @@ def _step_row(exp: Experiment, run_id: str, step: PlannedStep, t: _Target, t_sta
         "algorithm": str(algorithm).upper(), "draft_tokens": _int(info.get("speculative_num_draft_tokens")),
         "num_steps": _int(info.get("speculative_num_steps")), "topk": _int(info.get("speculative_eagle_topk")),
         "server_version": str(info.get("version")), "server_info": json.dumps(info, sort_keys=True, default=str),
-        "mode": exp.load.mode, "concurrency": step.concurrency, "rate": None, "repeat": step.repeat,
+        "mode": exp.load.mode, "concurrency": step.concurrency if step.rate is None else None,
+        "rate": step.rate, "repeat": step.repeat,
         "prompt_mix": exp.prompts.describe(), "t_start_ns": t_start, "t_measure_start_ns": t_ms,
         "t_measure_end_ns": t_me, "t_end_ns": t_end, "status": status, "status_reason": reason,
     }

@@ -1,7 +1,9 @@
 """The load worker: a Ray async actor holding many concurrent streams against one target.
 
 Closed loop: the worker keeps exactly `concurrency` requests in flight from the step's start until the driver
-says stop, so the load stays at C through the drain while the measured requests finish. Rows go to the sink
+says stop, so the load stays at C through the drain while the measured requests finish. Open loop
+(`StepSpec.arrivals`): each request is sent at its planned arrival time whatever is in flight, up to an in-flight
+cap, through the drain too; the measured requests are those planned inside the window. Rows go to the sink
 as Arrow batches about once a second; a watchdog cuts stalled streams; a sampler records the worker's own
 event-loop lag, CPU and in-flight count (`client_samples`), the proof that the client kept up.
 """
@@ -12,18 +14,20 @@ import asyncio
 import gc
 import json
 import os
+import re
 from dataclasses import dataclass
 
 import aiohttp
 import psutil
 import ray
 
-from loadgen import probe, schema
+from loadgen import arrivals, probe, schema
 from loadgen.clock import now_ns
-from loadgen.errors import LoadgenError
+from loadgen.errors import LoadgenError, TargetError
 from loadgen.http_stream import Endpoint, _StreamProtocol, stream_request
 from loadgen.prompts import Prompt
 from loadgen.protocol import adapter_for
+from loadgen.protocol.openai import OpenAIOptions
 from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
 
 SAMPLE_PERIOD_S = 0.5
@@ -33,20 +37,25 @@ FLUSH_PERIOD_S = 0.1   # small batches: building one blocks the event loop ~0.16
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """What a worker needs to know about its target (the API key is read from the env on the worker)."""
+    """What a worker needs to know about its target (the API key is read on the worker, from the env or a
+    file, and never leaves it)."""
 
     name: str
     url: str
     flavor: str
     node: str
     api_key_env: str | None = None
+    api_key_file: str | None = None
+    model: str | None = None         # openai-*: None = the first model of GET /v1/models
+    continuous_usage: bool = True
+    spec_details: bool | None = None  # None = when the server is SGLang >= 0.5.23
 
 
 @dataclass(frozen=True)
 class StepSpec:
     run_id: str
     step_id: int
-    concurrency: int                 # this worker's share
+    concurrency: int | None          # this worker's share (closed loop; None in open loop)
     t_start_ns: int
     t_measure_start_ns: int
     t_measure_end_ns: int
@@ -54,6 +63,7 @@ class StepSpec:
     request_timeout_s: float
     sample_server: bool              # this worker also samples the server (one per target)
     max_requests: int | None = None  # fixed-count step: this worker's quota, all in phase 'measure'
+    arrivals: arrivals.ArrivalSpec | None = None  # open loop: this worker's arrivals and in-flight cap
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)
@@ -65,8 +75,9 @@ class LoadWorker:
         self.prompts = prompts
         self.sampling = sampling
         self.sink = sink
-        self.api_key = os.environ.get(target.api_key_env) if target.api_key_env else None
+        self.api_key, self.key_problem = _read_api_key(target)
         self.adapter = adapter_for(target.flavor)
+        self.options: OpenAIOptions | None = None  # openai-*: set by preflight/configure before any load
         self.endpoint = Endpoint(target.url, self.api_key)
         self.frames = FrameBuffer()
         self.finished: list[StreamState] = []
@@ -78,6 +89,7 @@ class LoadWorker:
         self.issuing = False
         self.run_task: asyncio.Task | None = None
         self.slot_tasks: list[asyncio.Task] = []
+        self.open_requests: set[asyncio.Task] = set()
         self.background: list[asyncio.Task] = []
         self.measure_open = 0
         self.sent = 0
@@ -91,7 +103,38 @@ class LoadWorker:
         return self.session
 
     async def server_info(self) -> dict:
-        return await probe.server_info(await self._session(), self.target.url, self.api_key)
+        """SGLang's /get_server_info; for openai-* flavours whatever the server says (algorithm UNKNOWN when it
+        is not SGLang), so steps rows carry the algorithm and draft tokens whenever they can be known."""
+        session, url = await self._session(), self.target.url
+        if self.target.flavor == "sglang":
+            return await probe.server_info(session, url, self.api_key)
+        info = await probe.sglang_server_info(session, url, self.api_key)
+        return info if info is not None else {"speculative_algorithm": "UNKNOWN", "version": "unknown"}
+
+    async def preflight(self) -> tuple[dict, OpenAIOptions | None]:
+        """Before any load: the server info, and for openai-* flavours the resolved request options (GET
+        /v1/models must answer an OpenAI list; the model defaults to its first id). TargetError otherwise."""
+        if self.key_problem:
+            raise TargetError(f"target {self.target.name}: {self.key_problem}")
+        t = self.target
+        if t.flavor == "sglang":
+            return await self.server_info(), None
+        models = await probe.openai_models(await self._session(), t.url, self.api_key)
+        if t.model is not None and t.model not in models:
+            raise TargetError(f"target {t.name}: model {t.model!r} is not served by {t.url} (it serves "
+                              f"{', '.join(models)}); fix the target's `model` or leave it out")
+        info = await self.server_info()
+        sglang = info.get("version") not in (None, "unknown")
+        spec = t.spec_details if t.spec_details is not None else sglang and _version(info["version"]) >= (0, 5, 23)
+        options = OpenAIOptions(t.model or models[0], t.continuous_usage, bool(spec), send_rid=sglang)
+        self.configure(options)
+        return info, options
+
+    def configure(self, options: OpenAIOptions | None) -> None:
+        """Use the preflight's request options (every worker of a target gets the first one's)."""
+        if options is not None:
+            self.options = options
+            self.adapter = adapter_for(self.target.flavor, options)
 
     async def flush_cache(self) -> None:
         await probe.flush_cache(await self._session(), self.target.url, self.api_key)
@@ -108,6 +151,8 @@ class LoadWorker:
     # the step
     async def start_step(self, step: StepSpec) -> None:
         """Begin a step at `step.t_start_ns`; returns at once (the driver polls `progress`)."""
+        if self.options is None and self.target.flavor != "sglang":
+            await self.preflight()  # a restarted actor lost the driver's configure()
         self.step = step
         self.issuing = True
         self.measure_open = 0
@@ -119,34 +164,72 @@ class LoadWorker:
         delay = (step.t_start_ns - now_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
-        cursor = iter(range(1 << 62))
-        self.slot_tasks = [asyncio.create_task(self._slot(step, cursor)) for _ in range(step.concurrency)]
+        if step.arrivals is not None:
+            self.slot_tasks = [asyncio.create_task(self._open_loop(step, step.arrivals))]
+        else:
+            cursor = iter(range(1 << 62))
+            self.slot_tasks = [asyncio.create_task(self._slot(step, cursor)) for _ in range(step.concurrency)]
         self.background = [asyncio.create_task(self._watchdog(step)), asyncio.create_task(self._flusher(step)),
                            asyncio.create_task(self._sampler(step))]
 
     async def _slot(self, step: StepSpec, cursor) -> None:
         """One unit of concurrency: send, wait for the end, send the next, until told to stop."""
         while self.issuing and (step.max_requests is None or self.sent < step.max_requests):
-            n = next(cursor)
-            prompt = self.prompts[n % len(self.prompts)]
-            t = now_ns()
-            phase = "warmup" if t < step.t_measure_start_ns else "measure" if t < step.t_measure_end_ns else "drain"
-            state = StreamState(f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", prompt, phase, t,
-                                self.frames)
-            body = self.adapter.body(state.request_id, prompt, self.sampling)
-            self.sent += 1
-            if phase == "measure":
-                self.measure_open += 1
-            try:
-                await stream_request(self.endpoint, self.adapter, state, body, self.streams)
-            except Exception as exc:  # a loadgen bug must not lose the request's row
-                state.fail("client_error", f"{exc.__class__.__name__}: {exc}")
-                state.close(now_ns())
-            finally:
-                if phase == "measure":
+            await self._request(step, next(cursor), now_ns())
+
+    async def _open_loop(self, step: StepSpec, spec: arrivals.ArrivalSpec) -> None:
+        """Send each arrival at its planned time, whatever is in flight. At the in-flight cap an arrival waits
+        for a free slot and is sent late (t_sent_ns - t_scheduled_ns shows by how much); later arrivals queue
+        behind it in order, so the client stays bounded however slow the server is. Until the schedule passes
+        the window's end, `measure_open` holds one extra count: planned measured arrivals are still to come."""
+        slots = asyncio.Semaphore(spec.max_in_flight)
+        self.measure_open += 1
+        window_open = True
+        try:
+            for k, (_, offset_s) in enumerate(arrivals.arrival_times(spec)):
+                if step.max_requests is not None and k >= step.max_requests:
+                    break
+                t_scheduled = step.t_start_ns + round(offset_s * 1e9)
+                if window_open and t_scheduled >= step.t_measure_end_ns:
+                    window_open = False
                     self.measure_open -= 1
-                self.outcomes[state.status] = self.outcomes.get(state.status, 0) + 1
-                self.finished.append(state)
+                delay = (t_scheduled - now_ns()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await slots.acquire()
+                task = asyncio.create_task(self._request(step, k, t_scheduled))
+                task.add_done_callback(lambda _: slots.release())
+                task.add_done_callback(self.open_requests.discard)
+                self.open_requests.add(task)
+        finally:  # the end of the schedule (fixed count) or stop_step's cancel
+            if window_open:
+                self.measure_open -= 1
+
+    async def _request(self, step: StepSpec, n: int, t_scheduled: int) -> None:
+        """One request, its phase by its planned time, to its end; always leaves exactly one row."""
+        prompt = self.prompts[n % len(self.prompts)]
+        phase = ("warmup" if t_scheduled < step.t_measure_start_ns else
+                 "measure" if t_scheduled < step.t_measure_end_ns else "drain")
+        state = StreamState(f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", prompt, phase, t_scheduled,
+                            self.frames)
+        body = self.adapter.body(state.request_id, prompt, self.sampling)
+        self.sent += 1
+        if phase == "measure":
+            self.measure_open += 1
+        try:
+            if self.issuing:
+                await stream_request(self.endpoint, self.adapter, state, body, self.streams)
+            else:  # an open-loop arrival whose task first ran after stop_step
+                state.fail("cancelled", "step ended before it was sent")
+                state.close(now_ns())
+        except Exception as exc:  # a loadgen bug must not lose the request's row
+            state.fail("client_error", f"{exc.__class__.__name__}: {exc}")
+            state.close(now_ns())
+        finally:
+            if phase == "measure":
+                self.measure_open -= 1
+            self.outcomes[state.status] = self.outcomes.get(state.status, 0) + 1
+            self.finished.append(state)
 
     async def progress(self) -> dict:
         """What the driver needs to decide when the drain is over."""
@@ -164,7 +247,11 @@ class LoadWorker:
             self.run_task.cancel()  # stopped before it started
         for protocol in list(self.streams.values()):
             protocol.cut("cancelled", reason)
+        if step.arrivals is not None:
+            for task in self.slot_tasks:
+                task.cancel()  # the open loop only sleeps or waits for a slot: nothing is lost
         await asyncio.gather(*self.slot_tasks, return_exceptions=True)
+        await asyncio.gather(*self.open_requests, return_exceptions=True)
         for task in self.background:
             task.cancel()
         await asyncio.gather(*self.background, return_exceptions=True)
@@ -266,3 +353,22 @@ class LoadWorker:
             "t_last_token_ns": s.t_last_token_ns, "t_done_ns": s.t_done_ns, "server_e2e_s": s.server_e2e_s,
             "num_frames": s.num_frames, "status": s.status, "http_status": s.http_status, "error": s.error,
         }
+
+
+def _read_api_key(target: TargetSpec) -> tuple[str | None, str | None]:
+    """(key, problem): from the environment or a file on this node; the problem is raised at preflight."""
+    if target.api_key_env:
+        key = os.environ.get(target.api_key_env)
+        return (key, None) if key else (None, f"api_key_env {target.api_key_env} is not set on this node")
+    if target.api_key_file:
+        try:
+            key = open(target.api_key_file, encoding="utf-8").read().strip()
+        except OSError as exc:
+            return None, f"api_key_file {target.api_key_file} cannot be read here ({exc.strerror})"
+        return (key, None) if key else (None, f"api_key_file {target.api_key_file} is empty")
+    return None, None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """'0.5.23' -> (0, 5, 23); unparsable parts count as 0 (a dev build compares as its release)."""
+    return tuple(int(re.match(r"\d*", p).group() or 0) for p in str(text).split(".")[:3])
