@@ -43,6 +43,7 @@ class ArrivalSpec:
     seed: int
     index: int = 0
     stride: int = 1
+    max_in_flight: int = 1 << 30  # this worker's share of load.max_in_flight
 
 
 def unit_gaps(arrival: str, burstiness: float, seed: int) -> Iterator[float]:

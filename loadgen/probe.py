@@ -27,31 +27,57 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-async def server_info(session: aiohttp.ClientSession, url: str, api_key: str | None = None,
-                      within_s: float = 10.0) -> dict[str, Any]:
-    """`/get_server_info` as a dict; TargetError naming the URL if it is unreachable or not SGLang."""
+async def _get_json(session: aiohttp.ClientSession, url: str, route: str, api_key: str | None,
+                    within_s: float) -> tuple[int, Any]:
+    """GET a control route: (HTTP status, parsed JSON or None); retried while the connection fails."""
     try:
         async for attempt in AsyncRetrying(stop=stop_after_delay(within_s), reraise=True,
                                            wait=wait_exponential(multiplier=0.1, max=1.0),
                                            retry=retry_if_exception_type(aiohttp.ClientConnectionError)):
             with attempt:
-                async with session.get(f"{url}/get_server_info", headers=_headers(api_key),
-                                       timeout=_TIMEOUT) as resp:
+                async with session.get(f"{url}{route}", headers=_headers(api_key), timeout=_TIMEOUT) as resp:
                     body = await resp.read()
                     status = resp.status
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise TargetError(f"{url}: unreachable ({exc.__class__.__name__}: {exc}); "
                           "check the URL and that the server is up") from exc
     if status == 401:
-        raise TargetError(f"{url}: 401 Unauthorized; set the target's api_key_env to the variable holding its key")
+        raise TargetError(f"{url}: 401 Unauthorized; set the target's api_key_env or api_key_file to its key")
     try:
-        info = orjson.loads(body) if status == 200 else None
+        return status, orjson.loads(body) if status == 200 else None
     except orjson.JSONDecodeError:
-        info = None
-    if not isinstance(info, dict) or "version" not in info:
-        raise TargetError(f"{url}: GET /get_server_info answered HTTP {status} without SGLang's server info; "
+        return status, None
+
+
+async def server_info(session: aiohttp.ClientSession, url: str, api_key: str | None = None,
+                      within_s: float = 10.0) -> dict[str, Any]:
+    """`/get_server_info` as a dict; TargetError naming the URL if it is unreachable or not SGLang."""
+    info = await sglang_server_info(session, url, api_key, within_s)
+    if info is None:
+        raise TargetError(f"{url}: GET /get_server_info answered without SGLang's server info; "
                           "is this an SGLang server? (for other servers use an openai-* flavor)")
     return info
+
+
+async def sglang_server_info(session: aiohttp.ClientSession, url: str, api_key: str | None = None,
+                             within_s: float = 10.0) -> dict[str, Any] | None:
+    """`/get_server_info` when the server is SGLang, None when it answers but is not (vLLM, llama.cpp, ...)."""
+    _, info = await _get_json(session, url, "/get_server_info", api_key, within_s)
+    return info if isinstance(info, dict) and "version" in info else None
+
+
+async def openai_models(session: aiohttp.ClientSession, url: str, api_key: str | None = None,
+                        within_s: float = 10.0) -> list[str]:
+    """The model ids of `GET /v1/models`; TargetError unless it answers an OpenAI list with at least one."""
+    status, body = await _get_json(session, url, "/v1/models", api_key, within_s)
+    data = body.get("data") if isinstance(body, dict) else None
+    ids = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(
+        data, list) else []
+    if not ids:
+        raise TargetError(f"{url}: GET /v1/models answered HTTP {status} without an OpenAI model list "
+                          '({"object": "list", "data": [{"id": ...}]}); is this an OpenAI-compatible server? '
+                          "(for SGLang's native /generate use flavor = \"sglang\")")
+    return ids
 
 
 async def flush_cache(session: aiohttp.ClientSession, url: str, api_key: str | None = None,

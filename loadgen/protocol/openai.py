@@ -89,6 +89,9 @@ class _OpenAIAdapter(Adapter):
             _spec_details(state, ext.get("spec_tokens_details"))
         if not choices:  # [] (the usage / sglext chunks) or absent
             if cum is not None:
+                if state.cum_tokens and cum > state.cum_tokens:  # tokens without text (chat's EOS): a frame
+                    state.add_frame(t_ns, cum - state.cum_tokens, cum, len(payload))
+                    state.cum_tokens = cum
                 _totals(state, usage, cum)
             elif choices is None and not isinstance(ext, dict):
                 state.fail("malformed_frame", f"frame without choices, usage or error: {payload[:200]!r}")
