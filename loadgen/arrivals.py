@@ -86,7 +86,8 @@ def parse_open_loop(t: Any, mode: str) -> OpenLoopConfig | None:
         raise ConfigError("load.rates", "is empty", "list the rates to sweep in requests/s, e.g. [0.5, 1, 2]")
     for i, r in enumerate(rates):
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-            raise ConfigError(f"load.rates[{i}]", f"must be a number of requests/s > 0, got {r!r}")
+            raise ConfigError(f"load.rates[{i}]", f"must be a number of requests/s > 0, got {r!r}",
+                              "e.g. rates = [0.5, 1, 2]")
     if len(set(rates)) != len(rates):
         raise ConfigError("load.rates", "has a rate twice", "use `repeats` to run a rate again")
     arrival = t.get("arrival", str, "poisson")
@@ -95,9 +96,13 @@ def parse_open_loop(t: Any, mode: str) -> OpenLoopConfig | None:
     if "burstiness" in t.data and arrival != "gamma":
         raise ConfigError("load.burstiness", f"only applies to arrival = \"gamma\" (arrival is {arrival!r})",
                           'set arrival = "gamma" or remove burstiness')
-    burstiness = t.positive("burstiness", 1.0)
+    burstiness = t.get("burstiness", float, 1.0)
+    if not math.isfinite(burstiness) or burstiness <= 0:
+        raise ConfigError("load.burstiness", f"must be a gamma shape > 0, got {burstiness!r}",
+                          "1 = Poisson, below 1 burstier, above 1 smoother")
     seed = t.get("seed", int, 0)
     cap = t.get("max_in_flight", int, 1024)
     if cap < 1:
-        raise ConfigError("load.max_in_flight", f"must be >= 1, got {cap}")
+        raise ConfigError("load.max_in_flight", f"must be >= 1, got {cap}",
+                          "the most requests in flight per target; arrivals beyond it are sent late")
     return OpenLoopConfig(tuple(float(r) for r in rates), arrival, burstiness, seed, cap)
