@@ -12,7 +12,6 @@ import argparse
 import random
 from dataclasses import dataclass, field
 
-TYPES = ("close", "http", "stall", "malformed", "abort", "no_done", "slow_first_token")
 
 
 def add_fault_args(p: argparse.ArgumentParser) -> None:
