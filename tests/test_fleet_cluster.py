@@ -48,7 +48,7 @@ name = "{name}"
 [load]
 concurrency = [4]
 warmup_s = 0.5
-measure_s = 2.5
+measure_s = 2.0
 drain_timeout_s = 20
 [prompts]
 max_new_tokens = 16
@@ -151,7 +151,7 @@ def test_every_row_is_tagged_with_its_node(sweep):
     algorithms = dict(con.execute("SELECT target, algorithm FROM steps").fetchall())
     assert algorithms == {"spark1.mixed": "NEXTN", "spark2.mixed": "DFLASH", "spark3.mixed": "NONE",
                           "spark1.mtp": "NEXTN", "spark2.mtp": "NEXTN", "spark3.mtp": "NEXTN"}
-    during = con.execute("SELECT count(DISTINCT target) FROM server_samples WHERE name = 'avg_spec_accept_length' "
+    during = con.execute("SELECT count(DISTINCT target) FROM server_samples WHERE name = 'last_gen_throughput' "
                          "AND json_extract_string(labels, '$.when') = 'during'").fetchall()
     assert during == [(6,)]   # /get_server_info sampled during every step, on every node
     ok = con.execute("SELECT count(*) FROM requests WHERE status = 'ok' AND phase = 'measure'").fetchall()[0][0]
@@ -164,8 +164,10 @@ def test_profile_sweep_restarted_the_servers(sweep):
     assert [p.name for p in logs] == sorted(f"spark{i}.{c}.log" for i in (1, 2, 3) for c in ("mixed", "mtp"))
     pids = [int(re.search(r"\[loadgen\] pid (\d+)", p.read_text()).group(1)) for p in logs]
     assert len(set(pids)) == 6   # a new server process per node and configuration
-    assert "--speculative-algorithm DFLASH" in (logs[1].read_text().splitlines()[0])  # spark2.mixed
-    assert "--quantization" not in logs[0].read_text()   # SGLang-only flags are not passed to the emulator
+    command = {p.name: p.read_text().splitlines()[0] for p in logs}
+    assert "--speculative-algorithm DFLASH" in command["spark2.mixed.log"]
+    assert "--speculative-algorithm NEXTN" in command["spark2.mtp.log"]
+    assert "--quantization" not in command["spark1.mtp.log"]   # SGLang-only flags are not given to the emulator
 
 
 def test_no_server_left_after_the_job(sweep):
