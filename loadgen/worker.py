@@ -63,6 +63,7 @@ class StepSpec:
     request_timeout_s: float
     sample_server: bool              # this worker also samples the server (one per target)
     max_requests: int | None = None  # fixed-count step: this worker's quota, all in phase 'measure'
+    stagger: float = 0.0             # this worker's phase in [0, 1) of the slot start spacing (its index / W)
     arrivals: arrivals.ArrivalSpec | None = None  # open loop: this worker's arrivals and in-flight cap
 
 
@@ -126,7 +127,7 @@ class LoadWorker:
         info = await self.server_info()
         sglang = info.get("version") not in (None, "unknown")
         spec = t.spec_details if t.spec_details is not None else sglang and _version(info["version"]) >= (0, 5, 23)
-        options = OpenAIOptions(t.model or models[0], t.continuous_usage, bool(spec), send_rid=sglang)
+        options = OpenAIOptions(t.model or models[0], t.continuous_usage, bool(spec), sglang=sglang)
         self.configure(options)
         return info, options
 
@@ -137,6 +138,8 @@ class LoadWorker:
             self.adapter = adapter_for(self.target.flavor, options)
 
     async def flush_cache(self) -> None:
+        if self.options is not None and not self.options.sglang:
+            return  # an OpenAI server other than SGLang has no /flush_cache
         await probe.flush_cache(await self._session(), self.target.url, self.api_key)
 
     async def close(self) -> None:
@@ -168,12 +171,17 @@ class LoadWorker:
             self.slot_tasks = [asyncio.create_task(self._open_loop(step, step.arrivals))]
         else:
             cursor = iter(range(1 << 62))
-            self.slot_tasks = [asyncio.create_task(self._slot(step, cursor)) for _ in range(step.concurrency)]
+            ramp_ns = (step.t_measure_start_ns - step.t_start_ns) / step.concurrency
+            self.slot_tasks = [asyncio.create_task(self._slot(step, cursor, (k + step.stagger) * ramp_ns))
+                               for k in range(step.concurrency)]
         self.background = [asyncio.create_task(self._watchdog(step)), asyncio.create_task(self._flusher(step)),
                            asyncio.create_task(self._sampler(step))]
 
-    async def _slot(self, step: StepSpec, cursor) -> None:
-        """One unit of concurrency: send, wait for the end, send the next, until told to stop."""
+    async def _slot(self, step: StepSpec, cursor, start_delay_ns: float) -> None:
+        """One unit of concurrency: send, wait for the end, send the next, until told to stop. Slots start
+        spread over the warm-up, so equal-length requests do not run in lockstep (all prefilling at once,
+        all finishing at once) through the window."""
+        await asyncio.sleep(start_delay_ns / 1e9)
         while self.issuing and (step.max_requests is None or self.sent < step.max_requests):
             await self._request(step, next(cursor), now_ns())
 

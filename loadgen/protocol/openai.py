@@ -31,7 +31,7 @@ class OpenAIOptions:
     model: str | None = None
     continuous_usage: bool = True   # ask for usage on every frame (per-frame token counts)
     spec_details: bool = False      # ask for SGLang's sglext spec_tokens_details chunk
-    send_rid: bool = False          # send our request id as SGLang's `rid` (only SGLang knows the field)
+    sglang: bool = False            # the server is SGLang: send our id as `rid`; its cache can be flushed
 
 
 class _OpenAIAdapter(Adapter):
@@ -61,7 +61,7 @@ class _OpenAIAdapter(Adapter):
             body["ignore_eos"] = True
         if o.spec_details:
             body["return_spec_tokens_details"] = True
-        if o.send_rid:
+        if o.sglang:
             body["rid"] = request_id
         return orjson.dumps(body)
 
