@@ -6,6 +6,11 @@ constant gaps are exactly 1/rate, Poisson's exponential (CV 1), gamma's of shape
 mean 1 and divided by the rate, so every rate of a sweep replays the same pattern, only faster, and every step
 the same sequence (as the prompt mix does). A target's W workers each take every W-th arrival of the one
 schedule, so the target sees exactly the configured process, not a superposition of W thinner ones.
+
+Overload: `load.max_in_flight` caps requests in flight per target (split over its workers). An arrival that
+finds the cap reached waits for a free slot and is sent late, later arrivals queue behind it in order, and
+each row keeps its planned `t_scheduled_ns` next to its real `t_sent_ns`, so lateness is visible in SQL
+(queries/arrival_lateness.sql) and no arrival is dropped; the client's memory stays bounded by the cap.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ counted and from where (see shared/reference/sglang-protocol.md):
 - totals from the `usage` chunk (`stream_options.include_usage`, always asked for);
 - per-frame tokens from the cumulative `usage.completion_tokens` on every frame when the server honours
   `continuous_usage_stats` (an option); otherwise the frame row still exists with `tokens` NULL: unknown,
-  never guessed from text;
+  never guessed from text. Tokens without text (chat sends no frame for an EOS) show up when the usage chunk
+  says more than the frames did: a frame at that chunk's arrival, so frame tokens still sum to the total;
 - speculative stats from SGLang's (>= 0.5.23) `sglext.spec_tokens_details` chunk (`return_spec_tokens_details`);
 - TTFT at the first frame with output: non-empty text / content / reasoning_content, or advancing usage. Chat's
   role frame and the separate finish frame carry none;
