@@ -33,7 +33,7 @@ from loadgen.probe import server_info_samples
 from loadgen.prompts.mix import PromptMix
 from loadgen.protocol.base import SamplingSpec
 from loadgen.servers import ServerProcess
-from loadgen.sink import ResultsSink
+from loadgen.sink import ResultsSink, check_writable
 from loadgen.worker import LoadWorker, StepSpec, TargetSpec
 
 PROMPT_POOL = 4096          # prompts per run; every step walks the same seeded sequence from its start
@@ -44,6 +44,20 @@ _FOREVER = 1 << 62          # a window that never closes (fixed-count steps: eve
 
 class Stopped(Exception):
     """The driver was asked to stop (SIGTERM from `ray job stop`, or Ctrl-C)."""
+
+
+class StepAborted(Exception):
+    """A step broke a stop rule (error budget, a dead worker under on_worker_death = "stop"): the run ends
+    after the step's rows are written; the message says why."""
+
+
+@dataclass
+class _Drain:
+    """How waiting out a step ended."""
+
+    drained: bool
+    dead: dict[int, tuple[dict, str]]   # index in `active` -> (last progress, why it is considered dead)
+    budget: str | None = None           # set when the error budget was exceeded
 
 
 @dataclass
@@ -64,6 +78,7 @@ class _Target:
 
 
 def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second SIGTERM must not interrupt the clean-up
     raise Stopped("received SIGTERM")
 
 
@@ -71,6 +86,7 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
     """Run every step of `exp`, writing results under `results_dir`; returns how the run ended."""
     run_id = f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     results = Path(results_dir).resolve()
+    check_writable(results)   # a full or read-only folder is refused before any load
     previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     sink = ResultsSink.options(scheduling_strategy=here).remote(str(results), run_id)  # results are local
@@ -100,7 +116,10 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
             finally:
                 _tear_down(targets, servers, results / "logs" / f"run_id={run_id}")
         status = "complete" if not incomplete else "incomplete"
-        reason = "" if not incomplete else f"{incomplete} steps incomplete (drain timed out)"
+        reason = "" if not incomplete else f"{incomplete} steps incomplete (see steps.status_reason)"
+    except StepAborted as exc:
+        status, reason = "incomplete", f"stopped: {exc}"
+        log(f"run {run_id} {reason}")
     except (Stopped, KeyboardInterrupt) as exc:
         status, reason = "incomplete", f"stopped: {exc or 'interrupted'}"
         raise
@@ -192,7 +211,8 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     counted = load.requests is not None
     t_ms = t_start if counted else t_start + int(load.warmup_s * 1e9)
     t_me = _FOREVER if counted else t_ms + int(load.measure_s * 1e9)
-    active = []
+    active, unavailable = [], []
+    sink_incarnation = ray.get(sink.incarnation.remote())
     for t in targets:
         shares = split_concurrency(step.concurrency, len(t.workers))
         quotas = split_concurrency(load.requests, len(t.workers)) if counted else [None] * len(shares)
@@ -203,51 +223,143 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
                     len(t.workers), max_in_flight=share)
                 spec = StepSpec(run_id, step.step_id, share if arrival is None else None, t_start, t_ms, t_me,
                                 load.stall_timeout_s, load.request_timeout_s, sample_server=worker is t.workers[0],
-                                max_requests=quota, arrivals=arrival)
-                active.append(worker)
-                ray.get(worker.start_step.remote(spec))
+                                max_requests=quota, arrivals=arrival, stagger=i / len(t.workers))
+                try:
+                    ray.get(worker.start_step.remote(spec))
+                    active.append(worker)
+                except ray.exceptions.RayActorError as exc:   # died in an earlier step, restarts used up
+                    unavailable.append(f"worker {t.config.name}.w{i} unavailable ({exc.__class__.__name__}): "
+                                       f"its {share} streams were not run")
     window = f"{load.requests} requests per target" if counted else (
         f"warm-up {load.warmup_s:g} s, measure {load.measure_s:g} s")
     level = f"C={step.concurrency}" if step.rate is None else f"rate={step.rate:g}/s"
     log(f"[step {step.step_id + 1}/{total_steps}] {level} repeat {step.repeat} "
         f"targets {','.join(step.targets)}: {window}")
-    if counted:
-        drained = _wait_for_drain(active, t_start, now_ns() + int(load.request_timeout_s * 1e9), counted=True)
-    else:
-        drained = _wait_for_drain(active, t_me, t_me + int(load.drain_timeout_s * 1e9))
-    counts = ray.get([w.stop_step.remote("cut at the end of the step (drain)") for w in active])
+    interrupted: BaseException | None = None
+    try:
+        if counted:
+            # each request is bounded by its own timeouts, so the step is too: no step deadline cuts it early
+            bound_s = load.requests * (load.request_timeout_s + 1) + 10
+            drain = _wait_for_drain(active, t_start, now_ns() + int(bound_s * 1e9), load, counted=True)
+        else:
+            drain = _wait_for_drain(active, t_me, t_me + int(load.drain_timeout_s * 1e9), load)
+    except (Stopped, KeyboardInterrupt) as exc:   # cut and write what the workers hold, then stop the run
+        interrupted, drain = exc, _Drain(False, {})
+    cut = "cut: the run was stopped" if interrupted else "cut at the end of the step (drain)"
+    counts = _stop_workers(active, drain, cut)
     t_end = now_ns()
     t_me = t_end if counted else t_me
-    after = ray.get([t.workers[0].server_info.remote() for t in targets])
-    status = "complete" if drained else "incomplete"
-    reason = "" if drained else f"drain timed out after {load.drain_timeout_s:g} s; measured requests were cut"
+    lost = _write_lost_rows(sink, run_id, step.step_id, drain.dead)
+    reasons = unavailable + [f"worker {_worker_name(p)} died ({why}): {n} requests recorded as lost"
+                             for (p, why), n in zip(drain.dead.values(), lost)]
+    if interrupted:
+        reasons.append(f"run stopped ({interrupted or 'interrupted'}); requests in flight were cut")
+    elif drain.budget:
+        reasons.append(drain.budget)
+    elif not drain.drained and not drain.dead:
+        reasons.append(f"drain timed out after {load.drain_timeout_s:g} s; measured requests were cut")
+    if ray.get(sink.incarnation.remote()) != sink_incarnation:
+        reasons.append("the results sink restarted during the step; rows it held in memory were lost")
+    status = "complete" if not reasons else "incomplete"
+    reason = "; ".join(reasons)
+    after = ray.get([t.workers[0].server_info.remote() for t in targets]) if not interrupted else [t.info for t in targets]
     rows = []
     for t, info in zip(targets, after):
         _write_server_info_samples(sink, run_id, step.step_id, t, info, t_end, "after")
         rows.append(_step_row(exp, run_id, step, t, t_start, t_ms, t_me, t_end, status, reason))
     sink.write.remote("steps", schema.batch_from_rows("steps", rows))
     ray.get(sink.flush.remote())
-    total: dict[str, int] = {}
+    total: dict[str, int] = {"lost": sum(lost)} if any(lost) else {}
     for c in counts:
         for k, v in c.items():
             total[k] = total.get(k, 0) + v
     log(f"[step {step.step_id + 1}/{total_steps}] done in {(t_end - t_start) / 1e9:.1f} s: "
-        + ", ".join(f"{v} {k}" for k, v in sorted(total.items())) + ("" if drained else f" ({reason})"))
-    return drained
+        + ", ".join(f"{v} {k}" for k, v in sorted(total.items())) + (f" ({reason})" if reason else ""))
+    if interrupted:
+        raise interrupted
+    if drain.budget or ((drain.dead or unavailable) and load.on_worker_death == "stop"):
+        raise StepAborted(f"step {step.step_id}: {reason}")
+    return status == "complete"
 
 
-def _wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, counted: bool = False) -> bool:
-    """Sleep through the window, then poll until no measured request is open (True) or the deadline (False).
-    A fixed-count step is over when every worker has sent its quota and nothing is in flight."""
-    while now_ns() < t_measure_end:
-        time.sleep(min(POLL_S, max((t_measure_end - now_ns()) / 1e9, 0.0)))
+def _wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load, counted: bool = False) -> _Drain:
+    """Sleep through the window, then poll until no measured request is open (drained) or the deadline.
+    A fixed-count step is over when every worker has sent its quota and nothing is in flight. Every poll
+    keeps each worker's last progress (its unsettled requests, should it die) and checks the error budget;
+    a worker that stops answering is dead for the rest of the step (on_worker_death = "stop" ends it)."""
+    last: dict[int, dict] = {}
+    dead: dict[int, tuple[dict, str]] = {}
     while True:
-        progress = ray.get([w.progress.remote() for w in workers])
-        if all(p["measure_open"] == 0 and (not counted or p["quota_done"]) for p in progress):
-            return True
+        if now_ns() < t_measure_end:
+            time.sleep(min(POLL_S, max((t_measure_end - now_ns()) / 1e9, 0.0)))
+        for i, ref in [(i, w.progress.remote()) for i, w in enumerate(workers) if i not in dead]:
+            try:
+                last[i] = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                dead[i] = (last.get(i, {}), exc.__class__.__name__)
+        live = [last[i] for i in last if i not in dead]
+        budget = _over_budget(load.error_budget, [*live, *(p for p, _ in dead.values())])
+        if budget or (dead and load.on_worker_death == "stop") or not live:
+            return _Drain(False, dead, budget)
+        if now_ns() >= t_measure_end and all(
+                p["measure_open"] == 0 and (not counted or p["quota_done"]) for p in live):
+            return _Drain(not dead, dead)
         if now_ns() >= t_deadline:
-            return False
-        time.sleep(POLL_S)
+            return _Drain(False, dead)
+        if now_ns() >= t_measure_end:
+            time.sleep(POLL_S)
+
+
+def _over_budget(budget: float | None, progress: list[dict]) -> str | None:
+    """The reason to stop when a step's failed requests exceed the budget (a count, or a share judged once
+    20 requests have finished); None otherwise."""
+    failed = sum(p.get("failed", 0) for p in progress)
+    finished = sum(p.get("finished", 0) for p in progress)
+    if budget is None or (0 < budget < 1 and finished < 20):
+        return None
+    limit = budget * finished if 0 < budget < 1 else budget
+    if failed <= limit:
+        return None
+    classes: dict[str, int] = {}
+    for p in progress:
+        for k, v in p.get("outcomes", {}).items():
+            if k not in ("ok", "cancelled"):
+                classes[k] = classes.get(k, 0) + v
+    what = ", ".join(f"{v} {k}" for k, v in sorted(classes.items()))
+    allowed = f"{budget:.0%} of {finished}" if 0 < budget < 1 else f"{budget:g}"
+    return f"error budget exceeded: {failed} failed requests ({what}) > {allowed}"
+
+
+def _stop_workers(workers: list, drain: _Drain, reason: str) -> list[dict]:
+    """stop_step on every live worker; one that died meanwhile joins `drain.dead` with its last progress."""
+    refs = {i: w.stop_step.remote(reason) for i, w in enumerate(workers) if i not in drain.dead}
+    counts = []
+    for i, ref in refs.items():
+        try:
+            counts.append(ray.get(ref))
+        except ray.exceptions.RayActorError as exc:
+            drain.dead[i] = ({}, exc.__class__.__name__)
+    return counts
+
+
+def _write_lost_rows(sink, run_id: str, step_id: int, dead: dict[int, tuple[dict, str]]) -> list[int]:
+    """A `lost` row for each request a dead worker held whose row never reached the sink; counts per worker."""
+    counts = []
+    for progress, why in dead.values():
+        rows = progress.get("unsettled", [])
+        name = _worker_name(progress)
+        written = ray.get(sink.request_ids.remote(step_id, name)) if rows else set()
+        lost = [dict(r, status="lost", error=f"worker {name} died ({why}); last known status: "
+                     f"{r['status'] or 'in flight'}") for r in rows if r["request_id"] not in written]
+        if lost:
+            sink.write.remote("requests", schema.batch_from_rows("requests", lost))
+        counts.append(len(lost))
+    return counts
+
+
+def _worker_name(progress: dict) -> str:
+    rows = progress.get("unsettled") or [{}]
+    return rows[0].get("worker") or "?"
 
 
 def _step_row(exp: Experiment, run_id: str, step: PlannedStep, t: _Target, t_start: int, t_ms: int, t_me: int,

@@ -10,19 +10,44 @@ overwrites what an earlier one wrote.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray
 
 from loadgen import schema
+from loadgen.errors import LoadgenError
 
 ROLL_ROWS = 1_000_000
 ROLL_S = 10.0
 
+MIN_FREE_BYTES = 64 << 20   # below this a run would fill the disk within minutes: refuse before any load
+
+
+class SinkError(LoadgenError):
+    """The results folder cannot be written (full, read-only, gone); batches not yet written are kept."""
+
+
+def check_writable(results_dir: str | Path) -> None:
+    """Refuse, before any load, a results folder that cannot be created, written, or is nearly full."""
+    root = Path(results_dir)
+    fix = "pass a writable folder with free space as --results (or run.results)"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-check-{uuid.uuid4().hex[:8]}"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as exc:
+        raise SinkError(f"results folder {root} is not writable: {exc.strerror or exc} (fix: {fix})") from None
+    free = shutil.disk_usage(root).free
+    if free < MIN_FREE_BYTES:
+        raise SinkError(f"results folder {root} has only {free >> 20} MiB free, below {MIN_FREE_BYTES >> 20} MiB "
+                        f"(fix: {fix})")
 
 class ResultsWriter:
     """Plain-Python core of the sink (also used directly by tests and benchmarks)."""
@@ -75,13 +100,33 @@ class ResultsWriter:
         self.seq += 1
         final = self._dir(table) / name
         tmp = final.with_name(f".{name}.tmp")
-        pq.write_table(data, tmp, compression="zstd", row_group_size=1 << 20)
-        os.replace(tmp, final)
+        try:
+            pq.write_table(data, tmp, compression="zstd", row_group_size=1 << 20)
+            os.replace(tmp, final)
+        except OSError as exc:  # disk full, folder removed or made read-only: keep the batches, say so
+            tmp.unlink(missing_ok=True)
+            raise SinkError(f"cannot write {final}: {exc.strerror or exc}; {data.num_rows} rows of {table} are "
+                            "kept in memory (fix: free space in the results folder)") from None
+
+    def request_ids(self, step_id: int, worker: str) -> set[str]:
+        """Request ids of one worker in one step already held (written or waiting): for `lost` rows."""
+        tables = [pa.Table.from_batches(self.pending["requests"], schema=schema.REQUESTS)]
+        tables += [pq.read_table(p, columns=["step_id", "worker", "request_id"])
+                   for p in self._dir("requests").glob("part-*.parquet")]
+        ids: set[str] = set()
+        for t in tables:
+            mask = pc.and_(pc.equal(t["step_id"], step_id), pc.equal(t["worker"], worker))
+            ids.update(t.filter(mask)["request_id"].to_pylist())
+        return ids
 
 
-@ray.remote(num_cpus=0, max_restarts=3)
+@ray.remote(num_cpus=0, max_restarts=3, max_task_retries=3)
 class ResultsSink:
-    """Ray actor around ResultsWriter: workers and the driver send batches, it writes files."""
+    """Ray actor around ResultsWriter: workers and the driver send batches, it writes files.
+
+    If it dies, Ray restarts it (new incarnation, new part files) and re-sends the calls that were in flight,
+    so writers carry on; what the dead incarnation held in memory is gone, which the driver learns from
+    `incarnation()` changing and reports on the step."""
 
     def __init__(self, results_dir: str, run_id: str) -> None:
         os.nice(10)  # Parquet encoding must never delay a load worker's reads on a shared core
@@ -92,3 +137,9 @@ class ResultsSink:
 
     def flush(self) -> dict[str, int]:
         return self.writer.flush()
+
+    def incarnation(self) -> str:
+        return self.writer.incarnation
+
+    def request_ids(self, step_id: int, worker: str) -> set[str]:
+        return self.writer.request_ids(step_id, worker)

@@ -67,7 +67,7 @@ class StepSpec:
     arrivals: arrivals.ArrivalSpec | None = None  # open loop: this worker's arrivals and in-flight cap
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000)
+@ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=3)  # a crashed worker comes back for the next step
 class LoadWorker:
     def __init__(self, name: str, target: TargetSpec, prompts: list[Prompt], sampling: SamplingSpec,
                  sink: ray.actor.ActorHandle) -> None:
@@ -82,6 +82,7 @@ class LoadWorker:
         self.endpoint = Endpoint(target.url, self.api_key)
         self.frames = FrameBuffer()
         self.finished: list[StreamState] = []
+        self.in_transit: list[tuple[ray.ObjectRef, list[StreamState]]] = []  # requests rows not yet acked
         self.streams: dict[str, _StreamProtocol] = {}
         self.process = psutil.Process()
         gc.freeze()  # the prompt pool and Ray's state never become garbage: keep them out of every GC pass
@@ -243,8 +244,23 @@ class LoadWorker:
         """What the driver needs to decide when the drain is over."""
         step = self.step
         quota_done = step is not None and step.max_requests is not None and self.sent >= step.max_requests
+        failed = sum(v for k, v in self.outcomes.items() if k not in ("ok", "cancelled"))
         return {"in_flight": len(self.streams), "measure_open": self.measure_open, "sent": self.sent,
-                "quota_done": quota_done}
+                "quota_done": quota_done, "finished": sum(self.outcomes.values()), "failed": failed,
+                "outcomes": dict(self.outcomes), "unsettled": self._unsettled_rows(step)}
+
+    def _unsettled_rows(self, step: StepSpec | None) -> list[dict]:
+        """Rows (as they stand) of every request whose row the sink has not acknowledged: if this worker
+        dies, the driver writes these as `lost`, so a request is never missing."""
+        if step is None:
+            return []
+        if self.in_transit:
+            acked, _ = ray.wait([ref for ref, _ in self.in_transit], num_returns=len(self.in_transit), timeout=0)
+            done = set(acked)
+            self.in_transit = [(ref, states) for ref, states in self.in_transit if ref not in done]
+        states = [p.state for p in self.streams.values()] + self.finished
+        states += [s for _, shipped in self.in_transit for s in shipped]
+        return [self._row(step, s) for s in states]
 
     async def stop_step(self, reason: str = "step ended") -> dict:
         """Stop issuing, cut what is still running (status cancelled), write every row, return counts."""
@@ -267,6 +283,7 @@ class LoadWorker:
         self._flush(step)
         await asyncio.gather(*self.pending_writes)
         self.pending_writes.clear()
+        self.in_transit.clear()
         self.step = None
         return dict(self.outcomes)
 
@@ -344,6 +361,7 @@ class LoadWorker:
         if self.finished:
             done, self.finished = self.finished, []
             self._send("requests", schema.batch_from_rows("requests", [self._row(step, s) for s in done]))
+            self.in_transit.append((self.pending_writes[-1], done))
 
     def _send(self, table: str, batch) -> None:
         self.pending_writes.append(self.sink.write.remote(table, batch))
