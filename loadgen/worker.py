@@ -27,8 +27,8 @@ from loadgen.errors import LoadgenError, TargetError
 from loadgen.http_stream import Endpoint, _StreamProtocol, stream_request
 from loadgen.prompts import Prompt
 from loadgen.protocol import adapter_for
-from loadgen.protocol.openai import OpenAIOptions
 from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
+from loadgen.protocol.openai import OpenAIOptions
 
 SAMPLE_PERIOD_S = 0.5
 WATCHDOG_PERIOD_S = 0.1
