@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ import ray
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from loadgen.errors import TargetError
+from loadgen.ports import free_port
 
 _PR_SET_PDEATHSIG = 1
 
@@ -32,12 +32,6 @@ def _die_with_parent() -> None:
     os.setsid()
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def server_command(module: str, args: tuple[str, ...] | list[str], host: str, port: int) -> list[str]:

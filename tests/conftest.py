@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +14,8 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from loadgen.servers import emulator_command, free_port  # noqa: E402
+from loadgen.emulator.launch import EmulatorProcess  # noqa: E402
+from loadgen.ports import free_port  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -32,33 +30,8 @@ def ray_local() -> Iterator[None]:
 @contextmanager
 def emulator(*flags: str, timeout_s: float = 30.0) -> Iterator[str]:
     """Run `python -m loadgen.emulator FLAGS` on a free loopback port; yields its URL."""
-    port = free_port()
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(emulator_command(list(flags), "127.0.0.1", port), stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"emulator exited: {log.read().decode(errors='replace')[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("emulator did not become healthy")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    with EmulatorProcess(list(flags), startup_timeout=timeout_s) as emu:
+        yield emu.url
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +39,6 @@ def emulator_factory():
     return emulator
 
 
-PYTHON = sys.executable
 REPO = Path(__file__).parents[1]
 
 

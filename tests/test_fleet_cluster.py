@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from loadgen import analysis
-from tests.conftest import ray_head, submit_job
+from conftest import ray_head, submit_job
 
 REPO = Path(__file__).parents[1]
 MARK = f"fleet-test-{uuid.uuid4().hex[:8]}"   # in every emulator's --model-path: finds our server processes

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,12 +21,7 @@ from aiohttp import web
 
 from loadgen.emulator.args import parse_args
 from loadgen.emulator.server import Emulator, build_app
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from loadgen.ports import free_port
 
 
 def _wait_healthy(url: str, timeout: float, alive=lambda: True) -> None:
