@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import ray
@@ -75,6 +75,7 @@ class _Target:
     url: str
     workers: list
     info: dict
+    pinned: list = field(default_factory=list)   # worker constructor args kept alive: Ray restarts from them
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -163,9 +164,10 @@ def _bring_up(exp: Experiment, stage_targets: tuple[TargetConfig, ...], placemen
         spec = TargetSpec(t.name, urls[t.name], t.flavor, t.node, t.api_key_env, t.api_key_file, t.model,
                           t.continuous_usage, t.spec_details)
         n = exp.load.workers_per_target
+        shards = [ray.put(prompts[i::n]) for i in range(n)]
         workers = [LoadWorker.options(**placement.worker_options(t, i)).remote(
-                       f"{t.name}.w{i}", spec, prompts[i::n], sampling, sink) for i in range(n)]
-        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}))
+                       f"{t.name}.w{i}", spec, shards[i], sampling, sink) for i in range(n)]
+        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, shards))
     placement.verify([(t.config, t.workers) for t in targets], dict(zip(launches, servers)), log)
     preflights = ray.get([t.workers[0].preflight.remote() for t in targets])
     for target, (info, options) in zip(targets, preflights):
@@ -262,7 +264,7 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
         reasons.append("the results sink restarted during the step; rows it held in memory were lost")
     status = "complete" if not reasons else "incomplete"
     reason = "; ".join(reasons)
-    after = ray.get([t.workers[0].server_info.remote() for t in targets]) if not interrupted else [t.info for t in targets]
+    after = [_server_info_after(t) for t in targets] if not interrupted else [t.info for t in targets]
     rows = []
     for t, info in zip(targets, after):
         _write_server_info_samples(sink, run_id, step.step_id, t, info, t_end, "after")
@@ -280,6 +282,16 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     if drain.budget or ((drain.dead or unavailable) and load.on_worker_death == "stop"):
         raise StepAborted(f"step {step.step_id}: {reason}")
     return status == "complete"
+
+
+def _server_info_after(t: _Target) -> dict:
+    """The target's server info from the first worker that answers (one may have died in the step)."""
+    for worker in t.workers:
+        try:
+            return ray.get(worker.server_info.remote())
+        except ray.exceptions.RayActorError:
+            continue
+    return t.info
 
 
 def _wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load, counted: bool = False) -> _Drain:
