@@ -275,7 +275,7 @@ def _check_url(url: str, key: str) -> None:
     try:
         parts.port
     except ValueError as exc:
-        raise ConfigError(key, f"bad port in {url!r}") from exc
+        raise ConfigError(key, f"bad port in {url!r}", "a port is 1..65535, e.g. url = \"http://127.0.0.1:30000\"") from exc
     if parts.path not in ("", "/"):
         raise ConfigError(key, f"{url!r} has a path", "give the server root; the route comes from the flavor")
 

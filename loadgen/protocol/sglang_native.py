@@ -64,7 +64,9 @@ class SglangNativeAdapter(Adapter):
             if final:
                 _finish(state, meta)
         delta = cum - state.cum_tokens
-        if delta:
+        if delta < 0:   # cumulative counts never shrink: a negative frame would subtract tokens in every sum
+            state.fail("malformed_frame", f"completion_tokens went back from {state.cum_tokens} to {cum}")
+        elif delta:
             state.cum_tokens = cum
             state.add_frame(t_ns, delta, cum, len(payload))
 
