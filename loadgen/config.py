@@ -54,6 +54,8 @@ class LoadConfig:
     flush_cache: bool
     open_loop: OpenLoopConfig | None = None  # mode "open": rates and arrival process (concurrency is empty)
     requests: int | None = None      # fixed-count steps: exactly this many requests per target, all measured
+    min_measured: int | None = None  # closed loop: the window stays open until this many were sent in it
+    max_measure_s: float = 0.0       # ... but no longer than this (0: measure_s x 5)
     error_budget: float | None = None  # failed requests a step may have: a count (>= 1) or a share (< 1)
     on_worker_death: str = "continue"  # continue | stop: what a run does after a load worker died
 
@@ -197,8 +199,15 @@ def _parse_load(t: _Table) -> LoadConfig:
         drain_timeout_s=t.positive("drain_timeout_s", 120.0, allow_zero=True),
         stall_timeout_s=t.positive("stall_timeout_s", 60.0), request_timeout_s=t.positive("request_timeout_s", 900.0),
         workers_per_target=workers, schedule=schedule, flush_cache=t.get("flush_cache", bool, True),
-        error_budget=_error_budget(t), on_worker_death=_choice(t, "on_worker_death", ("continue", "stop")))
+        error_budget=_error_budget(t), on_worker_death=_choice(t, "on_worker_death", ("continue", "stop")),
+        min_measured=t.get("min_measured_requests", int, None), max_measure_s=t.positive("max_measure_s", 0.0, True))
     t.done()
+    if config.min_measured is not None and config.min_measured < 1:
+        raise ConfigError("load.min_measured_requests", f"must be >= 1, got {config.min_measured}",
+                          "or leave it out: at least one request per unit of concurrency")
+    if config.max_measure_s and config.max_measure_s < config.measure_s:
+        raise ConfigError("load.max_measure_s", f"{config.max_measure_s:g} is below measure_s = {config.measure_s:g}",
+                          "the window can only be extended: raise it or leave it out")
     return config
 
 

@@ -213,9 +213,11 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     counted = load.requests is not None
     t_ms = t_start if counted else t_start + int(load.warmup_s * 1e9)
     t_me = _FOREVER if counted else t_ms + int(load.measure_s * 1e9)
+    adaptive = not counted and step.rate is None   # closed loop: the driver closes each target's window
     active, unavailable = [], []
+    by_target: list[list] = [[] for _ in targets]
     sink_incarnation = ray.get(sink.incarnation.remote())
-    for t in targets:
+    for group, t in zip(by_target, targets):
         shares = split_concurrency(step.concurrency, len(t.workers))
         quotas = split_concurrency(load.requests, len(t.workers)) if counted else [None] * len(shares)
         for i, (worker, share, quota) in enumerate(zip(t.workers, shares, quotas)):
@@ -223,12 +225,14 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
                 arrival = None if step.rate is None else ArrivalSpec(
                     load.open_loop.arrival, step.rate, load.open_loop.burstiness, load.open_loop.seed, i,
                     len(t.workers), max_in_flight=share)
-                spec = StepSpec(run_id, step.step_id, share if arrival is None else None, t_start, t_ms, t_me,
+                spec = StepSpec(run_id, step.step_id, share if arrival is None else None, t_start, t_ms,
+                                _FOREVER if adaptive else t_me,
                                 load.stall_timeout_s, load.request_timeout_s, sample_server=worker is t.workers[0],
                                 max_requests=quota, arrivals=arrival, stagger=i / len(t.workers))
                 try:
                     ray.get(worker.start_step.remote(spec))
                     active.append(worker)
+                    group.append(worker)
                 except ray.exceptions.RayActorError as exc:   # died in an earlier step, restarts used up
                     unavailable.append(f"worker {t.config.name}.w{i} unavailable ({exc.__class__.__name__}): "
                                        f"its {share} streams were not run")
@@ -238,19 +242,24 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     log(f"[step {step.step_id + 1}/{total_steps}] {level} repeat {step.repeat} "
         f"targets {','.join(step.targets)}: {window}")
     interrupted: BaseException | None = None
+    ends = [t_me] * len(targets)    # each target's window end
     try:
         if counted:
             # each request is bounded by its own timeouts, so the step is too: no step deadline cuts it early
             bound_s = load.requests * (load.request_timeout_s + 1) + 10
             drain = _wait_for_drain(active, t_start, now_ns() + int(bound_s * 1e9), load, counted=True)
         else:
+            if adaptive:
+                ends = _close_windows(by_target, [t.config.name for t in targets], t_me, load, step.concurrency, log)
+            t_me = max(ends)
             drain = _wait_for_drain(active, t_me, t_me + int(load.drain_timeout_s * 1e9), load)
     except (Stopped, KeyboardInterrupt) as exc:   # cut and write what the workers hold, then stop the run
         interrupted, drain = exc, _Drain(False, {})
     cut = "cut: the run was stopped" if interrupted else "cut at the end of the step (drain)"
     counts = _stop_workers(active, drain, cut)
     t_end = now_ns()
-    t_me = t_end if counted else t_me
+    if counted or interrupted and adaptive:   # no window end was set: the step's end closes it
+        ends = [min(e, t_end) for e in ends]
     lost = _write_lost_rows(sink, run_id, step.step_id, drain.dead)
     reasons = unavailable + [f"worker {_worker_name(p)} died ({why}): {n} requests recorded as lost"
                              for (p, why), n in zip(drain.dead.values(), lost)]
@@ -266,9 +275,9 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     reason = "; ".join(reasons)
     after = [_server_info_after(t) for t in targets] if not interrupted else [t.info for t in targets]
     rows = []
-    for t, info in zip(targets, after):
+    for t, info, t_window_end in zip(targets, after, ends):
         _write_server_info_samples(sink, run_id, step.step_id, t, info, t_end, "after")
-        rows.append(_step_row(exp, run_id, step, t, t_start, t_ms, t_me, t_end, status, reason))
+        rows.append(_step_row(exp, run_id, step, t, t_start, t_ms, t_window_end, t_end, status, reason))
     sink.write.remote("steps", schema.batch_from_rows("steps", rows))
     ray.get(sink.flush.remote())
     total: dict[str, int] = {"lost": sum(lost)} if any(lost) else {}
@@ -292,6 +301,40 @@ def _server_info_after(t: _Target) -> dict:
         except ray.exceptions.RayActorError:
             continue
     return t.info
+
+
+def _close_windows(groups: list[list], names: list[str], t_min_end: int, load, concurrency: int,
+                   log) -> list[int]:
+    """End each target's closed-loop window once it is `measure_s` long and `min_measured_requests` (default:
+    C) requests were sent inside it, or at `max_measure_s`: with requests longer than the window, a fixed window
+    could hold no measured request at all. Returns each target's window end."""
+    need = load.min_measured or concurrency
+    t_ms = t_min_end - int(load.measure_s * 1e9)
+    t_max_end = t_ms + int((load.max_measure_s or 5 * load.measure_s) * 1e9)
+    ends: list[int | None] = [None] * len(groups)
+    while now_ns() < t_min_end:
+        time.sleep(min(POLL_S, max((t_min_end - now_ns()) / 1e9, 0.0)))
+    while None in ends:
+        t = now_ns()
+        for g, workers in enumerate(groups):
+            if ends[g] is None and (t >= t_max_end or sum(_measure_sent(w) for w in workers) >= need):
+                ends[g] = t
+                for w in workers:
+                    w.close_window.remote(t)
+                if t > t_min_end + POLL_S * 2e9:
+                    log(f"  {names[g]}: window extended to {(t - t_ms) / 1e9:.1f} s to hold {need} measured requests"
+                        + (" (max_measure_s reached)" if t >= t_max_end else ""))
+        if None in ends:
+            time.sleep(POLL_S)
+    return ends  # type: ignore[return-value]
+
+
+def _measure_sent(worker) -> int:
+    """Requests a worker sent inside the open window (0 for a dead worker: the drain wait deals with it)."""
+    try:
+        return ray.get(worker.progress.remote())["measure_sent"]
+    except ray.exceptions.RayActorError:
+        return 0
 
 
 def _wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load, counted: bool = False) -> _Drain:

@@ -94,6 +94,8 @@ class LoadWorker:
         self.open_requests: set[asyncio.Task] = set()
         self.background: list[asyncio.Task] = []
         self.measure_open = 0
+        self.measure_sent = 0
+        self.window_end_ns = 0
         self.sent = 0
         self.outcomes: dict[str, int] = {}
         self.session: aiohttp.ClientSession | None = None
@@ -160,6 +162,8 @@ class LoadWorker:
         self.step = step
         self.issuing = True
         self.measure_open = 0
+        self.measure_sent = 0
+        self.window_end_ns = step.t_measure_end_ns
         self.sent = 0
         self.outcomes = {}
         self.run_task = asyncio.create_task(self._run(step))
@@ -218,13 +222,14 @@ class LoadWorker:
         """One request, its phase by its planned time, to its end; always leaves exactly one row."""
         prompt = self.prompts[n % len(self.prompts)]
         phase = ("warmup" if t_scheduled < step.t_measure_start_ns else
-                 "measure" if t_scheduled < step.t_measure_end_ns else "drain")
+                 "measure" if t_scheduled < self.window_end_ns else "drain")
         state = StreamState(f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", prompt, phase, t_scheduled,
                             self.frames)
         body = self.adapter.body(state.request_id, prompt, self.sampling)
         self.sent += 1
         if phase == "measure":
             self.measure_open += 1
+            self.measure_sent += 1
         try:
             if self.issuing:
                 await stream_request(self.endpoint, self.adapter, state, body, self.streams)
@@ -235,10 +240,22 @@ class LoadWorker:
             state.fail("client_error", f"{exc.__class__.__name__}: {exc}")
             state.close(now_ns())
         finally:
-            if phase == "measure":
+            if state.phase == "measure":  # close_window may have moved it to the drain meanwhile
                 self.measure_open -= 1
             self.outcomes[state.status] = self.outcomes.get(state.status, 0) + 1
             self.finished.append(state)
+
+    async def close_window(self, t_end_ns: int) -> None:
+        """The driver ends a closed-loop window (it lasts until enough requests were sent in it): requests
+        sent at or after `t_end_ns` belong to the drain, also those this worker sent before hearing it."""
+        self.window_end_ns = t_end_ns
+        running = [(p.state, True) for p in self.streams.values()]
+        done = [(state, False) for state in self.finished]  # a very short request, row not yet shipped
+        for state, in_flight in running + done:
+            if state.phase == "measure" and state.t_scheduled_ns >= t_end_ns:
+                state.phase = "drain"
+                self.measure_sent -= 1
+                self.measure_open -= in_flight
 
     async def progress(self) -> dict:
         """What the driver needs to decide when the drain is over."""
@@ -246,6 +263,7 @@ class LoadWorker:
         quota_done = step is not None and step.max_requests is not None and self.sent >= step.max_requests
         failed = sum(v for k, v in self.outcomes.items() if k not in ("ok", "cancelled"))
         return {"in_flight": len(self.streams), "measure_open": self.measure_open, "sent": self.sent,
+                "measure_sent": self.measure_sent,
                 "quota_done": quota_done, "finished": sum(self.outcomes.values()), "failed": failed,
                 "outcomes": dict(self.outcomes), "unsettled": self._unsettled_rows(step)}
 
