@@ -97,8 +97,9 @@ def flavors_run(ray_local, emulator_factory, tmp_path_factory):
          plain_openai_server() as (plain, plain_sent):
         exp = parse_experiment({
             "run": {"name": "flavors"},
+            # 12 measured requests per target: both prompt kinds are then all but certain to be among them
             "load": {"concurrency": [4], "warmup_s": 0.3, "measure_s": 2.5, "drain_timeout_s": 20.0,
-                     "workers_per_target": 2},
+                     "workers_per_target": 2, "min_measured_requests": 12, "max_measure_s": 30.0},
             "prompts": PROMPTS,
             "targets": [{"name": "native", "url": native},
                         {"name": "completions", "url": completions, "flavor": "openai-completions",

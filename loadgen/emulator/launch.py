@@ -30,7 +30,7 @@ def _wait_healthy(url: str, timeout: float, alive=lambda: True) -> None:
         if not alive():
             raise RuntimeError(f"emulator at {url} exited during start-up")
         try:
-            with urllib.request.urlopen(f"{url}/get_model_info", timeout=1) as r:
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as r:  # open also with --api-key
                 if r.status == 200:
                     return
         except OSError:
