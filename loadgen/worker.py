@@ -33,6 +33,7 @@ from loadgen.protocol.openai import OpenAIOptions
 SAMPLE_PERIOD_S = 0.5
 WATCHDOG_PERIOD_S = 0.1
 WORKER_NICE = -10
+PRUNE_WRITES = 256          # outstanding sink writes before acknowledged ones are dropped
 FLUSH_PERIOD_S = 0.1   # small batches: building one blocks the event loop ~0.16 us per frame row
 
 
@@ -87,7 +88,6 @@ class LoadWorker:
         self.streams: dict[str, _StreamProtocol] = {}
         self.process = psutil.Process()
         gc.freeze()  # the prompt pool and Ray's state never become garbage: keep them out of every GC pass
-        _raise_priority()
         self.pending_writes: list[ray.ObjectRef] = []
         self.step: StepSpec | None = None
         self.issuing = False
@@ -159,6 +159,7 @@ class LoadWorker:
     # the step
     async def start_step(self, step: StepSpec) -> None:
         """Begin a step at `step.t_start_ns`; returns at once (the driver polls `progress`)."""
+        _raise_priority()  # an async method runs on the event-loop thread, the one to raise
         if self.options is None and self.target.flavor != "sglang":
             await self.preflight()  # a restarted actor lost the driver's configure()
         self.step = step
@@ -385,6 +386,20 @@ class LoadWorker:
 
     def _send(self, table: str, batch) -> None:
         self.pending_writes.append(self.sink.write.remote(table, batch))
+        if len(self.pending_writes) >= PRUNE_WRITES:
+            self._prune_writes()
+
+    def _prune_writes(self) -> None:
+        """Forget acknowledged writes: a long step would otherwise hold one ref per flush (memory grows with
+        run length). A failed write stays, so stop_step still raises its error."""
+        done, pending = ray.wait(self.pending_writes, num_returns=len(self.pending_writes), timeout=0)
+        failed = []
+        for ref in done:
+            try:
+                ray.get(ref, timeout=0)
+            except Exception:
+                failed.append(ref)
+        self.pending_writes = failed + pending
 
     def _row(self, step: StepSpec, s: StreamState) -> dict:
         return {
@@ -422,8 +437,10 @@ def _version(text: str) -> tuple[int, ...]:
 
 def _raise_priority() -> None:
     """Timestamps are taken when the worker runs, so it must not wait behind Ray's own processes (raylet,
-    GCS, the sink) on a shared core: a higher CFS weight makes its wake-ups preempt them. Needs root or
-    CAP_SYS_NICE; without it the worker runs at normal priority and client_samples show the cost."""
+    GCS, the sink) on a shared core, yet Ray starts worker processes at nice 15. Called from the event-loop
+    thread (Linux nice is per thread), this gives exactly the thread that reads and timestamps a CFS weight
+    that preempts them. Needs root or CAP_SYS_NICE; without it the thread keeps Ray's priority, and
+    client_samples (loop lag) show the cost."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, WORKER_NICE)
     except OSError:

@@ -29,32 +29,26 @@ CREATE OR REPLACE MACRO pct_change(new, old) AS 100 * (new / old - 1);
 CREATE OR REPLACE MACRO outside_spread(a_min, a_max, a_n, b_min, b_max, b_n) AS
     CASE WHEN greatest(a_n, b_n) < 2 THEN NULL ELSE a_min > b_max OR a_max < b_min END;
 
+-- Every table's files, limited to the selected runs.
+CREATE OR REPLACE MACRO results_table(name) AS TABLE
+SELECT * FROM read_parquet(getvariable('results') || '/' || name || '/run_id=*/*.parquet')
+WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+
 -- A run writes its row twice: status 'running' at the start, the final status at the end (a driver killed
 -- with SIGKILL leaves only the first). The view keeps the newest row of each run.
 CREATE OR REPLACE VIEW runs AS
-SELECT * FROM read_parquet(getvariable('results') || '/runs/run_id=*/*.parquet')
-WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id)
+FROM results_table('runs')
 QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at_ns DESC NULLS LAST) = 1;
 
-CREATE OR REPLACE VIEW steps AS
-SELECT * FROM read_parquet(getvariable('results') || '/steps/run_id=*/*.parquet')
-WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+CREATE OR REPLACE VIEW steps AS FROM results_table('steps');
 
-CREATE OR REPLACE VIEW requests AS
-SELECT * FROM read_parquet(getvariable('results') || '/requests/run_id=*/*.parquet')
-WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+CREATE OR REPLACE VIEW requests AS FROM results_table('requests');
 
-CREATE OR REPLACE VIEW frames AS
-SELECT * FROM read_parquet(getvariable('results') || '/frames/run_id=*/*.parquet')
-WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+CREATE OR REPLACE VIEW frames AS FROM results_table('frames');
 
-CREATE OR REPLACE VIEW server_samples AS
-SELECT * FROM read_parquet(getvariable('results') || '/server_samples/run_id=*/*.parquet')
-WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+CREATE OR REPLACE VIEW server_samples AS FROM results_table('server_samples');
 
-CREATE OR REPLACE VIEW client_samples AS
-SELECT * FROM read_parquet(getvariable('results') || '/client_samples/run_id=*/*.parquet')
-WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
+CREATE OR REPLACE VIEW client_samples AS FROM results_table('client_samples');
 
 -- One row per step with the columns every result row is labelled with.
 CREATE OR REPLACE VIEW step_info AS

@@ -34,6 +34,28 @@ def emulator(*flags: str, timeout_s: float = 30.0) -> Iterator[str]:
         yield emu.url
 
 
+@contextmanager
+def serve_app(app) -> Iterator[str]:
+    """A real aiohttp server for `app` on a free loopback port, on its own loop in a thread; yields its URL."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    port = free_port()
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
 @pytest.fixture(scope="session")
 def emulator_factory():
     return emulator

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +12,9 @@ from aiohttp import web
 from loadgen.config import parse_experiment
 from loadgen.errors import LoadgenError
 from loadgen.runner import run_experiment
-from loadgen.servers import free_port
+from loadgen.ports import free_port
+
+from conftest import serve_app
 
 
 @contextmanager
@@ -26,20 +26,10 @@ def not_sglang_server() -> Iterator[tuple[str, list[str]]]:
         seen.append(f"{request.method} {request.path}")
         return web.Response(text="<html>hello</html>", content_type="text/html")
 
-    port = free_port()
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+    with serve_app(app) as url:
+        yield url, seen
 
 
 def _exp(url: str) -> object:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,8 @@ from loadgen import analysis
 from loadgen.arrivals import ArrivalSpec, arrival_times
 from loadgen.config import parse_experiment
 from loadgen.runner import run_experiment
-from loadgen.servers import free_port
+
+from conftest import serve_app
 
 KEY = "sk-test-4c1d9e0b7a-never-stored"
 MTP = ("--model-path", "m", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
@@ -72,19 +72,8 @@ def plain_openai_server() -> Iterator[tuple[str, dict[str, int]]]:
     app = web.Application()
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    port = free_port()
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}", sent
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+    with serve_app(app) as url:
+        yield url, sent
 
 
 @pytest.fixture(scope="module")
