@@ -83,16 +83,22 @@ async def openai_models(session: aiohttp.ClientSession, url: str, api_key: str |
 async def flush_cache(session: aiohttp.ClientSession, url: str, api_key: str | None = None,
                       within_s: float = 30.0) -> None:
     """`POST /flush_cache`, retried while the server is still busy finishing cut requests."""
-    async for attempt in AsyncRetrying(stop=stop_after_delay(within_s), reraise=True,
-                                       wait=wait_exponential(multiplier=0.05, max=1.0),
-                                       retry=retry_if_exception_type((_Busy, aiohttp.ClientConnectionError))):
-        with attempt:
-            async with session.post(f"{url}/flush_cache", headers=_headers(api_key), timeout=_TIMEOUT) as resp:
-                await resp.read()
-                if resp.status == 400:
-                    raise _Busy()
-                if resp.status != 200:
-                    raise TargetError(f"{url}: POST /flush_cache answered HTTP {resp.status}")
+    try:
+        async for attempt in AsyncRetrying(stop=stop_after_delay(within_s), reraise=True,
+                                           wait=wait_exponential(multiplier=0.05, max=1.0),
+                                           retry=retry_if_exception_type((_Busy, aiohttp.ClientConnectionError))):
+            with attempt:
+                async with session.post(f"{url}/flush_cache", headers=_headers(api_key), timeout=_TIMEOUT) as resp:
+                    await resp.read()
+                    if resp.status == 400:
+                        raise _Busy()
+                    if resp.status != 200:
+                        raise TargetError(f"{url}: POST /flush_cache answered HTTP {resp.status}")
+    except _Busy:
+        raise TargetError(f"{url}: still busy after {within_s:g} s, /flush_cache kept answering 400") from None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise TargetError(f"{url}: unreachable for /flush_cache ({exc.__class__.__name__}: {exc}); "
+                          "did the server die?") from exc
 
 
 def server_info_samples(info: dict[str, Any]) -> list[tuple[str, float, dict]]:

@@ -271,9 +271,9 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
         reasons.append(f"drain timed out after {load.drain_timeout_s:g} s; measured requests were cut")
     if ray.get(sink.incarnation.remote()) != sink_incarnation:
         reasons.append("the results sink restarted during the step; rows it held in memory were lost")
+    after = [_server_info_after(t, reasons) for t in targets] if not interrupted else [t.info for t in targets]
     status = "complete" if not reasons else "incomplete"
     reason = "; ".join(reasons)
-    after = [_server_info_after(t) for t in targets] if not interrupted else [t.info for t in targets]
     rows = []
     for t, info, t_window_end in zip(targets, after, ends):
         _write_server_info_samples(sink, run_id, step.step_id, t, info, t_end, "after")
@@ -293,13 +293,18 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     return status == "complete"
 
 
-def _server_info_after(t: _Target) -> dict:
-    """The target's server info from the first worker that answers (one may have died in the step)."""
+def _server_info_after(t: _Target, reasons: list[str]) -> dict:
+    """The target's server info from the first worker that answers (one may have died in the step). A server
+    that no longer answers (it died in the step) makes the step incomplete; the step's rows are still written,
+    and the next step's control calls stop the run with the error."""
     for worker in t.workers:
         try:
             return ray.get(worker.server_info.remote())
         except ray.exceptions.RayActorError:
             continue
+        except TargetError as exc:
+            reasons.append(f"server {t.config.name} unreachable after the step: {exc}")
+            break
     return t.info
 
 

@@ -33,6 +33,7 @@ from loadgen.protocol.openai import OpenAIOptions
 SAMPLE_PERIOD_S = 0.5
 WATCHDOG_PERIOD_S = 0.1
 WORKER_NICE = -10
+CONNECT_BACKOFF_S = 0.1     # a slot's pause after a request that could not even connect
 PRUNE_WRITES = 256          # outstanding sink writes before acknowledged ones are dropped
 FLUSH_PERIOD_S = 0.1   # small batches: building one blocks the event loop ~0.16 us per frame row
 
@@ -191,7 +192,8 @@ class LoadWorker:
         all finishing at once) through the window."""
         await asyncio.sleep(start_delay_ns / 1e9)
         while self.issuing and (step.max_requests is None or self.sent < step.max_requests):
-            await self._request(step, next(cursor), now_ns())
+            if await self._request(step, next(cursor), now_ns()) == "client_error":
+                await asyncio.sleep(CONNECT_BACKOFF_S)  # a dead server must not turn a slot into a busy loop
 
     async def _open_loop(self, step: StepSpec, spec: arrivals.ArrivalSpec) -> None:
         """Send each arrival at its planned time, whatever is in flight. At the in-flight cap an arrival waits
@@ -221,8 +223,9 @@ class LoadWorker:
             if window_open:
                 self.measure_open -= 1
 
-    async def _request(self, step: StepSpec, n: int, t_scheduled: int) -> None:
-        """One request, its phase by its planned time, to its end; always leaves exactly one row."""
+    async def _request(self, step: StepSpec, n: int, t_scheduled: int) -> str:
+        """One request, its phase by its planned time, to its end; always leaves exactly one row. Returns
+        its status."""
         prompt = self.prompts[n % len(self.prompts)]
         phase = ("warmup" if t_scheduled < step.t_measure_start_ns else
                  "measure" if t_scheduled < self.window_end_ns else "drain")
@@ -247,6 +250,7 @@ class LoadWorker:
                 self.measure_open -= 1
             self.outcomes[state.status] = self.outcomes.get(state.status, 0) + 1
             self.finished.append(state)
+        return state.status
 
     async def close_window(self, t_end_ns: int) -> None:
         """The driver ends a closed-loop window (it lasts until enough requests were sent in it): requests
