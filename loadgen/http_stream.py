@@ -1,14 +1,22 @@
-"""One streaming HTTP/1.1 exchange on a raw asyncio protocol: the worker's hot path.
+"""One streaming HTTP/1.1 exchange on a non-blocking socket: the worker's hot path.
 
 Why not aiohttp: a stream reader wakes a coroutine per read and per line; here each TCP read is timestamped
-once, de-chunked by httptools (C), split into SSE events and handed to the adapter inside `data_received`,
-with no coroutine switch per frame. Frames that arrive in one read share its timestamp, which is the truth
-of when the client saw them.
+once, de-chunked by httptools (C), split into SSE events and handed to the adapter inside one reader
+callback, with no coroutine switch per frame.
+
+Why not an asyncio transport: the time a read is *seen* includes every delay of the client itself (a busy
+event loop, another process on the core). On Linux the socket asks the kernel to stamp each arriving
+segment (SO_TIMESTAMPNS, software receive timestamps) and `recvmsg` hands that stamp back: a read is dated
+when its last segment reached the socket, however late the worker got to it. Frames that arrive in one read
+share its timestamp. Where the kernel gives no stamp, the read is dated when it is read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
+import time
 from urllib.parse import urlsplit
 
 import httptools
@@ -18,12 +26,31 @@ from loadgen.protocol.base import Adapter, StreamState
 from loadgen.protocol.sse import SseSplitter
 
 _MAX_ERROR_BODY = 4096
+_READ_SIZE = 256 * 1024
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not export it
+_STAMP = struct.Struct("@qq")                              # struct timespec, CLOCK_REALTIME
+_ANCILLARY_SIZE = socket.CMSG_SPACE(_STAMP.size)
+
+
+class ReadStats:
+    """What the kernel stamps reveal about the client itself: how long data waited in a socket before the
+    worker read it (the worst since the last `take`). Large values mean frames got coalesced into one read."""
+
+    __slots__ = ("max_delay_ns",)
+
+    def __init__(self) -> None:
+        self.max_delay_ns = 0
+
+    def take(self) -> float:
+        """The worst read delay in ms since the previous call."""
+        worst, self.max_delay_ns = self.max_delay_ns, 0
+        return worst / 1e6
 
 
 class Endpoint:
-    """Host, port and the fixed part of every request's header block for one target."""
+    """Host, port, resolved address and the fixed part of every request's header block for one target."""
 
-    __slots__ = ("host", "port", "_head")
+    __slots__ = ("host", "port", "_head", "_address")
 
     def __init__(self, url: str, api_key: str | None = None) -> None:
         parts = urlsplit(url)
@@ -32,45 +59,95 @@ class Endpoint:
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         self._head = (f"Host: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
                       f"Accept: text/event-stream\r\nConnection: close\r\n{auth}").encode()
+        self._address: tuple[int, tuple] | None = None
 
     def request_bytes(self, path: str, body: bytes) -> bytes:
         return b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
             path.encode(), self._head, len(body), body)
 
+    async def connect(self) -> socket.socket:
+        """A connected non-blocking socket with receive timestamps on (resolved once per endpoint)."""
+        loop = asyncio.get_running_loop()
+        if self._address is None:
+            family, _, _, _, address = (await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM))[0]
+            self._address = (family, address)
+        family, address = self._address
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            except OSError:
+                pass  # no kernel stamps here: reads are dated when read
+            await loop.sock_connect(sock, address)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
-class _StreamProtocol(asyncio.Protocol):
+
+class StreamExchange:
     """Feeds one response into an adapter; resolves `done` when the exchange is over, however it ended."""
 
-    def __init__(self, state: StreamState, adapter: Adapter, request: bytes) -> None:
+    def __init__(self, state: StreamState, adapter: Adapter, request: bytes, stats: ReadStats) -> None:
         self.state = state
         self.adapter = adapter
         self.request = request
+        self.stats = stats
         self.parser = httptools.HttpResponseParser(self)
         self.splitter = SseSplitter()
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.transport: asyncio.Transport | None = None
+        self.sock: socket.socket | None = None
         self.t_read = 0
         self.t_last_read = now_ns()  # the stall clock starts when the request is created
         self.status_code = 0
         self.error_body = b""
         self.complete = False
 
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    async def run(self, sock: socket.socket) -> None:
+        """Send the request on a connected socket, then read until the exchange ends."""
         if self.done.done():  # cut while still connecting
-            transport.abort()  # type: ignore[attr-defined]
+            sock.close()
             return
-        transport.write(self.request)  # type: ignore[attr-defined]
+        self.sock = sock
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(sock, self.request)
         self.state.t_sent_ns = self.t_last_read = now_ns()
+        if not self.done.done():
+            loop.add_reader(sock.fileno(), self.on_readable)
+        await self.done
 
-    def data_received(self, data: bytes) -> None:
-        self.t_read = self.t_last_read = now_ns()
+    def on_readable(self) -> None:
+        """One TCP read, dated by the kernel's stamp of its last segment."""
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(_READ_SIZE, _ANCILLARY_SIZE)  # type: ignore[union-attr]
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.connection_lost(exc)
+            return
+        t = now_ns()
+        if ancillary:
+            seconds, nanoseconds = _STAMP.unpack_from(ancillary[0][2])
+            delay = time.time_ns() - seconds * 1_000_000_000 - nanoseconds
+            if delay > 0:
+                t -= delay
+                if delay > self.stats.max_delay_ns:
+                    self.stats.max_delay_ns = delay
+        if data:
+            self.data_received(data, t)
+        else:
+            self.connection_lost(None)
+
+    def data_received(self, data: bytes, t_ns: int) -> None:
+        """Parse one read that arrived at `t_ns`."""
+        self.t_read = self.t_last_read = t_ns
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self.state.fail("stream_broken", f"invalid HTTP from server: {exc}")
-            self._finish()
+            self.finish()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.complete:
@@ -80,7 +157,7 @@ class _StreamProtocol(asyncio.Protocol):
                 self.state.fail("stream_broken", f"connection closed mid-stream: {exc or 'EOF'}")
             else:
                 self._http_error()
-        self._finish()
+        self.finish()
 
     # httptools callbacks
     def on_headers_complete(self) -> None:
@@ -103,41 +180,47 @@ class _StreamProtocol(asyncio.Protocol):
             self._http_error()
         elif self.splitter.pending:
             self.state.fail("stream_broken", "stream ended inside an event (truncated frame)")
-        self._finish()
+        self.finish()
 
     # helpers
     def _http_error(self) -> None:
         text = self.error_body[:_MAX_ERROR_BODY].decode("utf-8", "replace").strip()
         self.state.fail("http_error", text or f"HTTP {self.status_code}", self.status_code)
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
+        """Resolve `done` and close the socket (the server sees a disconnect if it was still sending)."""
         if not self.done.done():
             self.done.set_result(None)
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(sock.fileno())
+            loop.remove_writer(sock.fileno())  # a cut during a partial send
+            sock.close()
 
     def cut(self, status: str, reason: str) -> None:
-        """End the exchange from our side (timeout, end of step); the server sees a disconnect."""
+        """End the exchange from our side (timeout, end of step)."""
         self.state.fail(status, reason)
-        if self.transport is not None:
-            self.transport.abort()
-        self._finish()
+        self.finish()
 
 
 async def stream_request(endpoint: Endpoint, adapter: Adapter, state: StreamState, body: bytes,
-                         registry: dict[str, _StreamProtocol]) -> None:
+                         registry: dict[str, StreamExchange], stats: ReadStats) -> None:
     """Run one request to its end. `registry` lets the worker's watchdog cut stalled or leftover streams."""
-    loop = asyncio.get_running_loop()
-    request = endpoint.request_bytes(adapter.path, body)
-    protocol = _StreamProtocol(state, adapter, request)
-    registry[state.request_id] = protocol
+    exchange = StreamExchange(state, adapter, endpoint.request_bytes(adapter.path, body), stats)
+    registry[state.request_id] = exchange
     try:
         try:
-            await loop.create_connection(lambda: protocol, endpoint.host, endpoint.port)
+            sock = await endpoint.connect()
         except OSError as exc:
             state.fail("client_error", f"cannot connect to {endpoint.host}:{endpoint.port}: {exc}")
             return
-        await protocol.done
+        try:
+            await exchange.run(sock)
+        except OSError as exc:  # the request could not be sent
+            if not exchange.done.done():
+                exchange.connection_lost(exc)
     finally:
+        exchange.finish()
         registry.pop(state.request_id, None)
         state.close(now_ns())

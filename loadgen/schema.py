@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: client_samples.read_delay_max_ms
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -129,6 +129,7 @@ CLIENT_SAMPLES = pa.schema([
     ("node", pa.string()),
     ("t_ns", pa.int64()),
     ("loop_lag_ms", pa.float64()),
+    ("read_delay_max_ms", pa.float64()),  # worst wait of received data in a socket before the worker read it
     ("cpu_percent", pa.float64()),
     ("in_flight", pa.int32()),
     ("target_in_flight", pa.int32()),

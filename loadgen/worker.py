@@ -24,7 +24,7 @@ import ray
 from loadgen import arrivals, probe, schema
 from loadgen.clock import now_ns
 from loadgen.errors import LoadgenError, TargetError
-from loadgen.http_stream import Endpoint, _StreamProtocol, stream_request
+from loadgen.http_stream import Endpoint, ReadStats, StreamExchange, stream_request
 from loadgen.prompts import Prompt
 from loadgen.protocol import adapter_for
 from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
@@ -86,7 +86,8 @@ class LoadWorker:
         self.frames = FrameBuffer()
         self.finished: list[StreamState] = []
         self.in_transit: list[tuple[ray.ObjectRef, list[StreamState]]] = []  # requests rows not yet acked
-        self.streams: dict[str, _StreamProtocol] = {}
+        self.streams: dict[str, StreamExchange] = {}
+        self.read_stats = ReadStats()
         self.process = psutil.Process()
         gc.freeze()  # the prompt pool and Ray's state never become garbage: keep them out of every GC pass
         self.pending_writes: list[ray.ObjectRef] = []
@@ -238,7 +239,7 @@ class LoadWorker:
             self.measure_sent += 1
         try:
             if self.issuing:
-                await stream_request(self.endpoint, self.adapter, state, body, self.streams)
+                await stream_request(self.endpoint, self.adapter, state, body, self.streams, self.read_stats)
             else:  # an open-loop arrival whose task first ran after stop_step
                 state.fail("cancelled", "step ended before it was sent")
                 state.close(now_ns())
@@ -330,7 +331,8 @@ class LoadWorker:
             self._flush(step)
 
     async def _sampler(self, step: StepSpec) -> None:
-        rows: dict[str, list] = {k: [] for k in ("t_ns", "loop_lag_ms", "cpu_percent", "in_flight")}
+        rows: dict[str, list] = {k: [] for k in ("t_ns", "loop_lag_ms", "read_delay_max_ms", "cpu_percent",
+                                                        "in_flight")}
         self.process.cpu_percent(None)
         session = await self._session() if step.sample_server else None
         server_rows: list[dict] = []
@@ -341,6 +343,7 @@ class LoadWorker:
             t1 = now_ns()
             rows["t_ns"].append(t1)
             rows["loop_lag_ms"].append(max((t1 - t0) / 1e6 - SAMPLE_PERIOD_S * 1e3, 0.0))
+            rows["read_delay_max_ms"].append(self.read_stats.take())
             rows["cpu_percent"].append(self.process.cpu_percent(None))
             rows["in_flight"].append(len(self.streams))
             tick += 1

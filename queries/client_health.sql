@@ -2,12 +2,16 @@
 --
 -- Over client_samples (every worker, about every 0.5 s) with t_ns inside the step's measurement window
 -- (the union of its targets' windows; workers are not tied to one target in this table):
---   loop_lag_p99_ms / loop_lag_max_ms  event-loop lag: timestamps are late by this much
+--   loop_lag_p99_ms / loop_lag_max_ms  event-loop lag: requests go out late by this much (reads are dated
+--                                      by the kernel's receive stamps, so their times are not)
+--   read_delay_p99_ms / _max_ms        of the per-sample worst wait of received data in a socket before the
+--                                      worker read it: frames that waited longer than their gap were read
+--                                      together and share one timestamp (their ITL is merged)
 --   cpu_p90_percent                    worker process CPU
 --   in_flight_share                    share of samples whose in_flight reached target_in_flight (closed
 --                                      loop: the offered load really was C)
 -- verdict: 'unknown: ...' without samples; 'ok' when loop_lag_p99_ms <= max_loop_lag_ms (default 10),
--- cpu_p90_percent <= max_cpu_percent (default 90) and in_flight_share >= min_in_flight_share (default 0.95);
+-- read_delay_p99_ms <= max_read_delay_ms (default 10; NULL without kernel stamps passes), cpu_p90_percent <= max_cpu_percent (default 90) and in_flight_share >= min_in_flight_share (default 0.95);
 -- otherwise 'suspect: ' and the failed checks. Thresholds: SET VARIABLE max_loop_lag_ms = 20, etc.
 -- distorted is NULL / false / true for unknown / ok / suspect.
 WITH w AS (
@@ -18,11 +22,13 @@ WITH w AS (
     FROM step_info GROUP BY run_id, step_id
 ), limits AS (
     SELECT coalesce(getvariable('max_loop_lag_ms'), 10) AS lag_ms,
+           coalesce(getvariable('max_read_delay_ms'), 10) AS read_ms,
            coalesce(getvariable('max_cpu_percent'), 90) AS cpu,
            coalesce(getvariable('min_in_flight_share'), 0.95) AS share
 ), h AS (
     SELECT w.run_id, w.step_id, count(c.t_ns) AS samples, count(DISTINCT c.worker) AS workers,
            quantile_cont(c.loop_lag_ms, 0.99) AS lag_p99, max(c.loop_lag_ms) AS lag_max,
+           quantile_cont(c.read_delay_max_ms, 0.99) AS read_p99, max(c.read_delay_max_ms) AS read_max,
            quantile_cont(c.cpu_percent, 0.9) AS cpu_p90,
            avg((c.in_flight >= c.target_in_flight)::int) AS share
     FROM w LEFT JOIN client_samples c
@@ -31,6 +37,8 @@ WITH w AS (
 ), checks AS (
     SELECT h.*, concat_ws('; ',
                if(h.lag_p99 > limits.lag_ms, format('loop lag p99 {:.1f} ms > {} ms', h.lag_p99, limits.lag_ms), NULL),
+               if(h.read_p99 > limits.read_ms,
+                  format('socket read delay p99 {:.1f} ms > {} ms', h.read_p99, limits.read_ms), NULL),
                if(h.cpu_p90 > limits.cpu, format('cpu p90 {:.0f}% > {}%', h.cpu_p90, limits.cpu), NULL),
                if(h.share < limits.share, format('in flight at target in {:.0f}% of samples < {:.0f}%',
                                                  100 * h.share, 100 * limits.share), NULL)) AS failed
@@ -38,6 +46,7 @@ WITH w AS (
 )
 SELECT w.run_id, w.step_id, w.targets, w.concurrency, w.rate, w."repeat", c.samples, c.workers,
        round(c.lag_p99, 2) AS loop_lag_p99_ms, round(c.lag_max, 2) AS loop_lag_max_ms,
+       round(c.read_p99, 2) AS read_delay_p99_ms, round(c.read_max, 2) AS read_delay_max_ms,
        round(c.cpu_p90, 1) AS cpu_p90_percent, round(c.share, 3) AS in_flight_share,
        CASE WHEN c.samples = 0 THEN 'unknown: no client samples in the window'
             WHEN c.failed = '' THEN 'ok' ELSE 'suspect: ' || c.failed END AS verdict,

@@ -29,9 +29,9 @@ CREATE OR REPLACE MACRO pct_change(new, old) AS 100 * (new / old - 1);
 CREATE OR REPLACE MACRO outside_spread(a_min, a_max, a_n, b_min, b_max, b_n) AS
     CASE WHEN greatest(a_n, b_n) < 2 THEN NULL ELSE a_min > b_max OR a_max < b_min END;
 
--- Every table's files, limited to the selected runs.
+-- Every table's files, limited to the selected runs (by name: older files may lack a newer column).
 CREATE OR REPLACE MACRO results_table(name) AS TABLE
-SELECT * FROM read_parquet(getvariable('results') || '/' || name || '/run_id=*/*.parquet')
+SELECT * FROM read_parquet(getvariable('results') || '/' || name || '/run_id=*/*.parquet', union_by_name = true)
 WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
 
 -- A run writes its row twice: status 'running' at the start, the final status at the end (a driver killed

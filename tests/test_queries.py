@@ -166,19 +166,25 @@ def test_errors_by_class_per_step_and_phase(tmp_path):
 def test_client_health_verdict_per_step(tmp_path):
     r = Results()
     r.run("r")
-    for step in (1, 2, 3):
+    for step in (1, 2, 3, 4, 5):
         r.step("r", step, "t", concurrency=4, window_ms=(step * 10_000, step * 10_000 + 5000))
     for i in range(20):                                  # step 1: healthy, all samples at target
         r.client_sample("r", 1, t_ms=10_000 + i * 250, in_flight=4, target_in_flight=4)
     for i in range(20):                                  # step 2: lagging loop, in flight short half the time
         r.client_sample("r", 2, t_ms=20_000 + i * 250, loop_lag_ms=50.0, in_flight=4 - i % 2, target_in_flight=4)
     r.client_sample("r", 3, t_ms=29_000, loop_lag_ms=500.0)   # step 3: only a sample outside its window
+    for i in range(20):                                  # step 4: data sat in sockets (frames read together)
+        r.client_sample("r", 4, t_ms=40_000 + i * 250, read_delay_max_ms=25.0, in_flight=4, target_in_flight=4)
+    for i in range(20):                                  # step 5: no kernel stamps on this platform
+        r.client_sample("r", 5, t_ms=50_000 + i * 250, read_delay_max_ms=None, in_flight=4, target_in_flight=4)
     rows = {x["step_id"]: x for x in query(r.write(tmp_path), "client_health")}
     assert rows[1]["verdict"] == "ok" and rows[1]["distorted"] is False and rows[1]["in_flight_share"] == 1.0
     assert rows[2]["distorted"] is True and rows[2]["in_flight_share"] == 0.5
     assert rows[2]["verdict"] == ("suspect: loop lag p99 50.0 ms > 10 ms; "
                                   "in flight at target in 50% of samples < 95%")
     assert rows[3]["samples"] == 0 and rows[3]["distorted"] is None and rows[3]["verdict"].startswith("unknown")
+    assert (rows[4]["verdict"], rows[4]["read_delay_max_ms"]) == ("suspect: socket read delay p99 25.0 ms > 10 ms", 25.0)
+    assert rows[5]["verdict"] == "ok" and rows[5]["read_delay_p99_ms"] is None
     relaxed = {x["step_id"]: x for x in query(tmp_path, "client_health", max_loop_lag_ms=60,
                                               min_in_flight_share=0.5)}
     assert relaxed[2]["verdict"] == "ok"
@@ -199,3 +205,20 @@ def test_runs_lists_each_run_with_its_series_and_levels(tmp_path):
     assert rows[0]["series"] == "mtp=NEXTN/8, dflash=DFLASH/8"
     assert (rows[0]["steps"], rows[0]["concurrency"], rows[0]["repeats"], rows[0]["window_s"]) == (6, [1, 4], 2, 1.0)
     assert [x["run_id"] for x in query(root, "runs", run_ids=["new"])] == ["new"]
+
+
+def test_results_of_an_older_schema_without_a_newer_column_still_query(tmp_path):
+    """A results folder keeps runs of earlier loadgen versions: schema 1 had no client_samples.read_delay_max_ms."""
+    import pyarrow.parquet as pq
+    r = Results()
+    for run in ("v1", "v2"):
+        r.run(run)
+        r.step(run, 1, "t", concurrency=4, window_ms=(10_000, 15_000))
+        for i in range(4):
+            r.client_sample(run, 1, t_ms=10_000 + i * 1000, read_delay_max_ms=30.0, in_flight=4, target_in_flight=4)
+    root = r.write(tmp_path)
+    old = root / "client_samples" / "run_id=v1" / "part-0-0.parquet"
+    pq.write_table(pq.read_table(old).drop_columns(["read_delay_max_ms"]), old)
+    rows = {x["run_id"]: x for x in query(root, "client_health")}
+    assert rows["v1"]["verdict"] == "ok" and rows["v1"]["read_delay_max_ms"] is None
+    assert rows["v2"]["verdict"].startswith("suspect: socket read delay")

@@ -14,7 +14,7 @@ import time
 
 import orjson
 
-from loadgen.http_stream import _StreamProtocol
+from loadgen.http_stream import ReadStats, StreamExchange
 from loadgen.prompts import Prompt
 from loadgen.protocol.base import FrameBuffer, StreamState
 from loadgen.protocol.sglang_native import SglangNativeAdapter
@@ -42,14 +42,14 @@ def response(tokens: int = TOKENS) -> list[bytes]:
 def run_loadgen(chunks: list[bytes], streams: int, per_read: int) -> float:
     """CPU seconds per frame for `streams` responses fed `per_read` chunks at a time."""
     async def main() -> float:
-        adapter, frames = SglangNativeAdapter(), FrameBuffer()
+        adapter, frames, stats = SglangNativeAdapter(), FrameBuffer(), ReadStats()
         reads = [b"".join(chunks[i:i + per_read]) for i in range(0, len(chunks), per_read)]
         t0 = time.process_time()
         for n in range(streams):
             state = StreamState(f"r{n}", PROMPT, "measure", 0, frames)
-            proto = _StreamProtocol(state, adapter, b"")
+            proto = StreamExchange(state, adapter, b"", stats)
             for data in reads:
-                proto.data_received(data)
+                proto.data_received(data, 0)
             if len(frames) > 50_000:
                 frames.clear()
         return (time.process_time() - t0) / (streams * TOKENS)
