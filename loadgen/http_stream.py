@@ -9,6 +9,10 @@ event loop, another process on the core). On Linux the socket asks the kernel to
 segment (SO_TIMESTAMPNS, software receive timestamps) and `recvmsg` hands that stamp back: a read is dated
 when its last segment reached the socket, however late the worker got to it. Frames that arrive in one read
 share its timestamp. Where the kernel gives no stamp, the read is dated when it is read.
+
+Connections are kept alive between the requests of one worker (as aiohttp's pool does), for at most
+`KEEP_IDLE_S` idle: a TCP connect and close on loopback cost ~50 us of kernel time each, and with equal-length
+requests 256 streams end and restart together, so per-request set-up stalled the reads of every other stream.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ _READ_SIZE = 256 * 1024
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not export it
 _STAMP = struct.Struct("@qq")                              # struct timespec, CLOCK_REALTIME
 _ANCILLARY_SIZE = socket.CMSG_SPACE(_STAMP.size)
+KEEP_IDLE_S = 1.0  # far below any server's keep-alive timeout (uvicorn's default is 5 s), so none closes under us
 
 
 class ReadStats:
@@ -48,9 +53,10 @@ class ReadStats:
 
 
 class Endpoint:
-    """Host, port, resolved address and the fixed part of every request's header block for one target."""
+    """Host, port, resolved address, idle kept-alive connections and the fixed part of every request's header
+    block for one target."""
 
-    __slots__ = ("host", "port", "_head", "_address")
+    __slots__ = ("host", "port", "_head", "_address", "_idle")
 
     def __init__(self, url: str, api_key: str | None = None) -> None:
         parts = urlsplit(url)
@@ -58,15 +64,22 @@ class Endpoint:
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         self._head = (f"Host: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
-                      f"Accept: text/event-stream\r\nConnection: close\r\n{auth}").encode()
+                      f"Accept: text/event-stream\r\n{auth}").encode()
         self._address: tuple[int, tuple] | None = None
+        self._idle: list[tuple[socket.socket, float]] = []
 
     def request_bytes(self, path: str, body: bytes) -> bytes:
         return b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
             path.encode(), self._head, len(body), body)
 
     async def connect(self) -> socket.socket:
-        """A connected non-blocking socket with receive timestamps on (resolved once per endpoint)."""
+        """A connected non-blocking socket with receive timestamps on: a kept-alive one if one is fresh and
+        still open, else a new connection (the address is resolved once per endpoint)."""
+        while self._idle:
+            sock, since = self._idle.pop()
+            if time.monotonic() - since < KEEP_IDLE_S and _still_open(sock):
+                return sock
+            sock.close()
         loop = asyncio.get_running_loop()
         if self._address is None:
             family, _, _, _, address = (await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM))[0]
@@ -86,16 +99,39 @@ class Endpoint:
             raise
         return sock
 
+    def keep(self, sock: socket.socket) -> None:
+        """Take back the connection of a finished exchange for the next request."""
+        self._idle.append((sock, time.monotonic()))
+
+    def close_idle(self) -> None:
+        """Close every kept connection (end of a step: no server should hold our idle sockets)."""
+        for sock, _ in self._idle:
+            sock.close()
+        self._idle.clear()
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """Neither closed by the server nor holding stray bytes: safe to send the next request on."""
+    try:
+        sock.recv(1, socket.MSG_PEEK)  # returns only with bytes or at EOF: either way not reusable
+    except (BlockingIOError, InterruptedError):
+        return True
+    except OSError:
+        pass
+    return False
+
 
 class StreamExchange:
     """Feeds one response into an adapter; resolves `done` when the exchange is over, however it ended."""
 
-    def __init__(self, state: StreamState, adapter: Adapter, request: bytes, stats: ReadStats) -> None:
+    def __init__(self, state: StreamState, adapter: Adapter, request: bytes, stats: ReadStats,
+                 endpoint: Endpoint | None = None) -> None:
         self.state = state
+        self.endpoint = endpoint  # where a cleanly finished connection goes back; None: always close
         self.adapter = adapter
         self.request = request
         self.stats = stats
-        self.parser = httptools.HttpResponseParser(self)
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self.splitter = SseSplitter()
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.sock: socket.socket | None = None
@@ -144,7 +180,7 @@ class StreamExchange:
         """Parse one read that arrived at `t_ns`."""
         self.t_read = self.t_last_read = t_ns
         try:
-            self.parser.feed_data(data)
+            self.parser.feed_data(data)  # type: ignore[union-attr]
         except httptools.HttpParserError as exc:
             self.state.fail("stream_broken", f"invalid HTTP from server: {exc}")
             self.finish()
@@ -161,6 +197,8 @@ class StreamExchange:
 
     # httptools callbacks
     def on_headers_complete(self) -> None:
+        if self.parser is None:  # bytes after the end of the exchange
+            return
         self.status_code = self.parser.get_status_code()
         self.state.t_headers_ns = self.t_read
         self.state.http_status = self.status_code
@@ -188,7 +226,12 @@ class StreamExchange:
         self.state.fail("http_error", text or f"HTTP {self.status_code}", self.status_code)
 
     def finish(self) -> None:
-        """Resolve `done` and close the socket (the server sees a disconnect if it was still sending)."""
+        """Resolve `done` and close the socket (the server sees a disconnect if it was still sending). Drops
+        the parser, which refers back to this object: no reference cycle is left for the GC to find (its
+        passes over thousands of finished exchanges stalled every read for milliseconds). A connection whose
+        response ended cleanly and may be kept alive goes back to the endpoint."""
+        reusable = self.complete and self.parser is not None and self.parser.should_keep_alive()
+        self.parser = None
         if not self.done.done():
             self.done.set_result(None)
         sock, self.sock = self.sock, None
@@ -196,7 +239,10 @@ class StreamExchange:
             loop = asyncio.get_running_loop()
             loop.remove_reader(sock.fileno())
             loop.remove_writer(sock.fileno())  # a cut during a partial send
-            sock.close()
+            if reusable and self.endpoint is not None:
+                self.endpoint.keep(sock)
+            else:
+                sock.close()
 
     def cut(self, status: str, reason: str) -> None:
         """End the exchange from our side (timeout, end of step)."""
@@ -207,7 +253,7 @@ class StreamExchange:
 async def stream_request(endpoint: Endpoint, adapter: Adapter, state: StreamState, body: bytes,
                          registry: dict[str, StreamExchange], stats: ReadStats) -> None:
     """Run one request to its end. `registry` lets the worker's watchdog cut stalled or leftover streams."""
-    exchange = StreamExchange(state, adapter, endpoint.request_bytes(adapter.path, body), stats)
+    exchange = StreamExchange(state, adapter, endpoint.request_bytes(adapter.path, body), stats, endpoint)
     registry[state.request_id] = exchange
     try:
         try:

@@ -306,6 +306,7 @@ class LoadWorker:
             task.cancel()
         await asyncio.gather(*self.background, return_exceptions=True)
         self.slot_tasks, self.background, self.run_task = [], [], None
+        self.endpoint.close_idle()
         self._flush(step)
         await asyncio.gather(*self.pending_writes)
         self.pending_writes.clear()

@@ -1,0 +1,224 @@
+"""The socket read path: kernel receive stamps, kept-alive connections, no reference cycles.
+
+The server here is a plain blocking socket server in a thread, so it can send while the client's event loop
+is deliberately blocked, and it counts the TCP connections it accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from loadgen.http_stream import Endpoint, ReadStats, StreamExchange, stream_request
+from loadgen.prompts import Prompt
+from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
+from loadgen.protocol.sglang_native import SglangNativeAdapter
+
+PROMPT = Prompt("p", "code", "t", text="hello")
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n"
+
+
+def chunk(payload: bytes) -> bytes:
+    frame = b"data: " + payload + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(frame), frame)
+
+
+def token_frame(n: int, final: bool) -> bytes:
+    finish = b'{"type":"length","length":%d}' % n if final else b"null"
+    return chunk(b'{"text":"x","meta_info":{"id":"srv","finish_reason":%s,"prompt_tokens":3,'
+                 b'"completion_tokens":%d}}' % (finish, n))
+
+
+END = chunk(b"[DONE]") + b"0\r\n\r\n"
+
+
+class Server:
+    """Answers each request on a connection with `respond(conn, index)`; keeps the connection open for the next
+    request unless `respond` returns False. Records accepted connections and the wall time of sends."""
+
+    def __init__(self, respond: Callable[[socket.socket, int], bool]) -> None:
+        self.respond = respond
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.connections = 0
+        self.requests = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with conn:
+            buf = b""
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                buf = buf[length:]
+                index, self.requests = self.requests, self.requests + 1
+                if not self.respond(conn, index):
+                    return
+
+
+def simple(tokens: int = 2, close: bool = False) -> Callable[[socket.socket, int], bool]:
+    def respond(conn: socket.socket, index: int) -> bool:
+        conn.sendall((HEAD % (b"Connection: close\r\n" if close else b""))
+                     + b"".join(token_frame(n, n == tokens) for n in range(1, tokens + 1)) + END)
+        return not close
+    return respond
+
+
+@pytest.fixture
+def frames() -> Iterator[FrameBuffer]:
+    yield FrameBuffer()
+
+
+async def run(endpoint: Endpoint, frames: FrameBuffer, rid: str = "r", stats: ReadStats | None = None,
+              registry: dict | None = None) -> StreamState:
+    adapter, state = SglangNativeAdapter(), StreamState(rid, PROMPT, "measure", 0, frames)
+    await stream_request(endpoint, adapter, state, adapter.body(rid, PROMPT, SamplingSpec(2)),
+                         {} if registry is None else registry, stats or ReadStats())
+    return state
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS receive stamps are Linux's")
+def test_a_read_is_dated_when_it_arrived_not_when_a_busy_client_got_to_it(frames):
+    blocked, sent = threading.Event(), []
+
+    def respond(conn: socket.socket, index: int) -> bool:
+        conn.sendall(HEAD % b"")
+        blocked.wait(5)
+        time.sleep(0.01)
+        sent.append(time.time_ns())
+        conn.sendall(token_frame(1, False))
+        time.sleep(0.15)  # after the client is back
+        conn.sendall(token_frame(2, True) + END)
+        return False
+
+    server = Server(respond)
+    stats = ReadStats()
+
+    async def main() -> StreamState:
+        task = asyncio.create_task(run(Endpoint(server.url), frames, "r", stats))
+        while not server.requests:
+            await asyncio.sleep(0.005)
+        blocked.set()
+        time.sleep(0.08)  # the event loop is blocked: the first frame waits ~70 ms in the socket
+        return await task
+
+    state = asyncio.run(main())
+    assert state.status == "ok" and frames.cum_tokens == [1, 2]
+    late_by_ms = (frames.t_ns[0] - sent[0]) / 1e6
+    assert -1 < late_by_ms < 5, f"first frame dated {late_by_ms:.1f} ms after it was sent (the loop slept 80 ms)"
+    assert 50 < stats.take() < 100  # the wait is seen as a read delay instead
+    assert stats.take() == 0  # and reset by take()
+
+
+def test_requests_of_one_endpoint_share_a_kept_alive_connection(frames):
+    server = Server(simple())
+
+    async def main() -> list[StreamState]:
+        endpoint = Endpoint(server.url)
+        states = [await run(endpoint, frames, f"r{i}") for i in range(5)]
+        endpoint.close_idle()
+        return states
+
+    states = asyncio.run(main())
+    assert [s.status for s in states] == ["ok"] * 5 and frames.cum_tokens == [1, 2] * 5
+    assert (server.requests, server.connections) == (5, 1)
+
+
+def test_a_connection_the_server_closes_is_never_reused(frames):
+    server = Server(simple(close=True))  # answers with Connection: close, then closes
+
+    async def main() -> list[str]:
+        endpoint = Endpoint(server.url)
+        return [(await run(endpoint, frames, f"r{i}")).status for i in range(3)]
+
+    assert asyncio.run(main()) == ["ok"] * 3
+    assert server.connections == 3
+
+
+def test_an_idle_connection_closed_under_us_is_detected_before_sending(frames):
+    closers: list[socket.socket] = []
+
+    def respond(conn: socket.socket, index: int) -> bool:
+        simple()(conn, index)
+        closers.append(conn)
+        return index > 0  # the first connection: keep-alive advertised, then closed while idle
+
+    server = Server(respond)
+
+    async def main() -> list[str]:
+        endpoint = Endpoint(server.url)
+        first = await run(endpoint, frames, "a")
+        await asyncio.sleep(0.05)  # the server closes the idle connection meanwhile
+        return [first.status, (await run(endpoint, frames, "b")).status]
+
+    assert asyncio.run(main()) == ["ok", "ok"]
+    assert (server.requests, server.connections) == (2, 2)
+
+
+def test_a_cut_stream_closes_its_connection(frames):
+    def respond(conn: socket.socket, index: int) -> bool:
+        conn.sendall(HEAD % b"" + token_frame(1, False))
+        if index == 0:
+            time.sleep(0.3)  # the client cuts this one meanwhile
+            return False
+        conn.sendall(token_frame(2, True) + END)
+        return True
+
+    server = Server(respond)
+
+    async def main() -> list[str]:
+        endpoint, registry = Endpoint(server.url), {}
+        task = asyncio.create_task(run(endpoint, frames, "cut", registry=registry))
+        while not frames.t_ns:
+            await asyncio.sleep(0.005)
+        registry["cut"].cut("cancelled", "step ended")
+        return [(await task).status, (await run(endpoint, frames, "next")).status]
+
+    assert asyncio.run(main()) == ["cancelled", "ok"]
+    assert server.connections == 2
+
+
+def test_a_finished_exchange_leaves_no_reference_cycle(frames):
+    """The parser refers back to its exchange; a cycle per request made the GC stall reads for ms."""
+    server = Server(simple())
+
+    async def main() -> None:
+        endpoint = Endpoint(server.url)
+        await run(endpoint, frames, "warm")
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for i in range(5):
+                await run(endpoint, frames, f"r{i}")
+            gc.collect()
+            leaked = [o for o in gc.garbage if isinstance(o, StreamExchange)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        assert leaked == []
+
+    asyncio.run(main())
