@@ -12,9 +12,12 @@ import time
 import orjson
 import pytest
 
+from loadgen.emulator.calibration import spec_for
 from loadgen.emulator.drafts import read_dflash_draft
+from loadgen.emulator.engine import EmuRequest, resolve_min_free_slots
 from loadgen.emulator.launch import EmulatorThread
 from loadgen.emulator.promptinfo import infer_kind
+from loadgen.emulator.simulate import build_engine
 from loadgen.emulator.spec import resolve
 from loadgen.errors import ConfigError
 
@@ -218,3 +221,32 @@ def test_client_disconnect_while_queued_is_recorded():
         blocker.join()
     assert rows["gone"]["status"] == "client_disconnected" and rows["gone"]["completion_tokens"] == 0
     assert waiting == 0
+
+
+def test_min_free_slots_threshold_is_sglangs_formula():
+    assert resolve_min_free_slots(None, 48, True) == 4      # SGLang's DFLASH default max_running_requests
+    assert resolve_min_free_slots(None, 8, True) == 2
+    assert resolve_min_free_slots(None, 7, True) is None
+    assert resolve_min_free_slots(None, 64, False) is None
+    assert resolve_min_free_slots(1, 64, True) is None
+    assert resolve_min_free_slots(10, 6, False) == 6
+
+
+def _request(i: int, max_new_tokens: int) -> EmuRequest:
+    return EmuRequest(id=str(i), rid=None, kind="prose", route="sim", prompt_tokens=100,
+                      max_new_tokens=max_new_tokens, ignore_eos=True, stream_interval=1)
+
+
+@pytest.mark.parametrize(("setup", "next_kind"), [("dflash2", "decode"), ("mtp", "prefill")])
+def test_dflash_holds_a_prefill_until_min_free_slots_are_free(setup, next_kind):
+    """max_running 8 -> DFLASH waits for 2 free slots; one finished request frees only 1. MTP admits at once."""
+    engine = build_engine(spec_for(setup), hardware="zero", max_running=8)
+    for i in range(8):
+        engine.submit(_request(i, 2 if i == 0 else 100))
+    for expected in ("prefill", "decode"):          # request 0 finishes in the first decode step
+        kind, batch, _ = engine.plan_step()
+        assert kind == expected
+        engine.complete_step(kind, batch)
+    assert len(engine.running) == 7
+    engine.submit(_request(8, 100))
+    assert engine.plan_step()[0] == next_kind

@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-queued-requests", type=positive_int, default=None)
     g.add_argument("--max-prefill-tokens", type=positive_int, default=16384,
                    help="prompt tokens one prefill forward may take (more new requests wait a forward)")
+    g.add_argument("--min-free-slots-delay", type=int, default=None,
+                   help="hold new prefills until N batch slots are free (default: SGLang's formula for DFLASH, "
+                        "else off; <= 1 disables)")
     g.add_argument("--stream-interval", type=positive_int, default=1)
     g.add_argument("--incremental-streaming-output", action="store_true")
     g.add_argument("--enable-metrics", action="store_true")

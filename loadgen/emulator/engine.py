@@ -4,7 +4,8 @@ Each iteration either prefills newly admitted requests (their first token) or ru
 the whole running batch; a step's duration comes from the cost model, and each running request accepts a
 random number of tokens per verify step (a truncated geometric draw: each drafted token is accepted with
 the request's probability, until the first rejection; plus the bonus token). Admission is bounded by
---max-running-requests and a KV-token budget (prompt + max_new_tokens reserved per request).
+--max-running-requests and a KV-token budget (prompt + max_new_tokens reserved per request), and, as SGLang
+0.5.23 does for DFLASH by default, held back while fewer than min_free_slots batch slots are free.
 """
 
 from __future__ import annotations
@@ -24,6 +25,18 @@ from loadgen.emulator.spec import SpecConfig
 
 
 MAX_LAG_S = 0.25
+
+
+def resolve_min_free_slots(user_value: int | None, max_running: int, is_dflash: bool) -> int | None:
+    """SGLang 0.5.23's threshold (managers/min_free_slots_delayer.py): an explicit value wins (capped by
+    max_running, <= 1 disables); unset, DFLASH gets min(4, max(2, (max_running + 5) // 6)) when max_running >= 8,
+    because each DFlash admission pays a separate draft prefill; other algorithms: disabled (None)."""
+    if user_value is not None:
+        threshold = min(user_value, max_running)
+        return threshold if threshold > 1 else None
+    if is_dflash and max_running >= 8:
+        return min(4, max(2, (max_running + 5) // 6))
+    return None
 
 
 class QueueFull(Exception):
@@ -113,9 +126,10 @@ class Engine:
 
     def __init__(self, cost: CostModel, spec: SpecConfig, model: ModelProfile, *, max_running: int,
                  max_queued: int | None, seed: int, decode_log_interval: int,
-                 max_prefill_tokens: int = 16384) -> None:
+                 max_prefill_tokens: int = 16384, min_free_slots: int | None = None) -> None:
         self.cost, self.spec, self.model = cost, spec, model
         self.max_prefill_tokens = max_prefill_tokens
+        self.min_free_slots = min_free_slots
         self.max_running, self.max_queued = max_running, max_queued
         self.kv_budget = int(model.kv_pool_tokens * spec.profile.kv_pool_fraction)
         self.decode_log_interval = max(1, decode_log_interval)
@@ -212,8 +226,16 @@ class Engine:
         self.running.remove(req)
         self._kv_used -= self._reserve(req)
 
+    def _delay_admission(self) -> bool:
+        """SGLang's MinFreeSlotsDelayer.should_delay: while requests run, wait until min_free_slots slots are free
+        and admit them in one prefill instead of one at a time."""
+        free = self.max_running - len(self.running)
+        return self.min_free_slots is not None and bool(self.running) and free < self.min_free_slots
+
     def _admit(self) -> list[EmuRequest]:
         admitted: list[EmuRequest] = []
+        if self._delay_admission():
+            return admitted
         prefill_tokens = 0
         while self.waiting and len(self.running) < self.max_running:
             req = self.waiting[0]

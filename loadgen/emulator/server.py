@@ -13,7 +13,7 @@ from aiohttp import web
 from loadgen import __version__ as loadgen_version
 from loadgen.emulator import profiles
 from loadgen.emulator.costmodel import CostModel
-from loadgen.emulator.engine import Engine, EmuRequest, QueueFull
+from loadgen.emulator.engine import Engine, EmuRequest, QueueFull, resolve_min_free_slots
 from loadgen.emulator.faults import FaultPicker
 from loadgen.emulator.metrics import Metrics, render
 from loadgen.emulator.httputil import EMU, error_body, json_response
@@ -39,7 +39,10 @@ class Emulator:
         self.engine = Engine(self.cost, self.spec, self.model, max_running=args.max_running_requests,
                              max_queued=args.max_queued_requests, seed=args.seed,
                              decode_log_interval=args.decode_log_interval,
-                             max_prefill_tokens=args.max_prefill_tokens)
+                             max_prefill_tokens=args.max_prefill_tokens,
+                             min_free_slots=resolve_min_free_slots(args.min_free_slots_delay,
+                                                                   args.max_running_requests,
+                                                                   self.spec.algorithm == "DFLASH"))
         self.faults = FaultPicker(args)
         self.metrics = Metrics()
         if args.enable_metrics:
@@ -143,7 +146,7 @@ class Emulator:
             "speculative_eagle_topk": s.eagle_topk, "speculative_num_draft_tokens": s.num_draft_tokens,
             "speculative_draft_model_path": s.draft_model_path,
             "max_running_requests": a.max_running_requests, "max_queued_requests": a.max_queued_requests,
-            "max_prefill_tokens": a.max_prefill_tokens,
+            "max_prefill_tokens": a.max_prefill_tokens, "min_free_slots_delay": a.min_free_slots_delay,
             "stream_interval": a.stream_interval, "incremental_streaming_output": a.incremental_streaming_output,
             "enable_metrics": a.enable_metrics, "decode_log_interval": a.decode_log_interval,
             "context_length": self.model.context_len, "max_total_num_tokens": self.engine.kv_budget,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from loadgen.emulator import profiles
 from loadgen.emulator.costmodel import CostModel
-from loadgen.emulator.engine import Engine, EmuRequest
+from loadgen.emulator.engine import Engine, EmuRequest, resolve_min_free_slots
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
 from loadgen.emulator.spec import SpecConfig
 
@@ -40,7 +40,8 @@ def build_engine(spec: SpecConfig, hardware: str = "gb10", model: str = "qwen3.8
     hw = dataclasses.replace(hw, **(hw_overrides or {}))
     mp = dataclasses.replace(mp, **(model_overrides or {}))
     return Engine(CostModel(hw, mp, spec), spec, mp, max_running=max_running, max_queued=None, seed=seed,
-                  decode_log_interval=40, max_prefill_tokens=max_prefill_tokens)
+                  decode_log_interval=40, max_prefill_tokens=max_prefill_tokens,
+                  min_free_slots=resolve_min_free_slots(None, max_running, spec.algorithm == "DFLASH"))
 
 
 def closed_loop(engine: Engine, concurrency: int, prompts: Sequence[str], max_new_tokens: int, *,
