@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import aiohttp
 import psutil
 import ray
+from ray.experimental import tqdm_ray
 
 from loadgen import arrivals, probe, schema
 from loadgen.clock import now_ns
@@ -103,6 +104,7 @@ class LoadWorker:
         self.sent = 0
         self.outcomes: dict[str, int] = {}
         self.session: aiohttp.ClientSession | None = None
+        self.bar: tqdm_ray.tqdm | None = None
 
     # control calls (run where the server is reachable)
     async def _session(self) -> aiohttp.ClientSession:
@@ -171,6 +173,9 @@ class LoadWorker:
         self.window_end_ns = step.t_measure_end_ns
         self.sent = 0
         self.outcomes = {}
+        level = f"C={step.concurrency}" if step.arrivals is None else f"rate={step.arrivals.rate:g}/s"
+        self.bar = tqdm_ray.tqdm(desc=f"step {step.step_id + 1} {self.name} {level}", total=step.max_requests,
+                                 unit=" req")  # rendered by the driver (Ray forwards worker output)
         self.run_task = asyncio.create_task(self._run(step))
 
     async def _run(self, step: StepSpec) -> None:
@@ -306,6 +311,10 @@ class LoadWorker:
             task.cancel()
         await asyncio.gather(*self.background, return_exceptions=True)
         self.slot_tasks, self.background, self.run_task = [], [], None
+        self._show_progress()
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
         self.endpoint.close_idle()
         self._flush(step)
         await asyncio.gather(*self.pending_writes)
@@ -347,6 +356,7 @@ class LoadWorker:
             rows["read_delay_max_ms"].append(self.read_stats.take())
             rows["cpu_percent"].append(self.process.cpu_percent(None))
             rows["in_flight"].append(len(self.streams))
+            self._show_progress()
             tick += 1
             if session is not None and tick % 2 == 0:
                 server_rows += await self._server_rows(session, step)
@@ -367,6 +377,11 @@ class LoadWorker:
         return [{"run_id": step.run_id, "step_id": step.step_id, "target": self.target.name,
                  "node": self.target.node, "t_ns": t, "name": name, "value": value,
                  "labels": json.dumps(labels, sort_keys=True)} for name, value, labels in samples]
+
+    def _show_progress(self) -> None:
+        """Finished requests on this worker's progress bar."""
+        if self.bar is not None:
+            self.bar.update(sum(self.outcomes.values()) - self.bar.n)
 
     # writing
     def _write_client_samples(self, step: StepSpec, rows: dict[str, list]) -> None:
