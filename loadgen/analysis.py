@@ -30,9 +30,11 @@ PARAMS: dict[str, str] = {
     "conc_b": "concurrency_pair: second concurrency (default 16)",
     "run_a": "compare_runs: the 'before' run id (default: the earliest selected run)",
     "run_b": "compare_runs: the 'after' run id (default: the latest selected run)",
-    "max_loop_lag_ms": "client_health: p99 event-loop lag above this distorts timings (default 10)",
+    "max_loop_lag_ms": "client_health: p99 event-loop lag above this delays requests (default 10)",
+    "max_read_delay_ms": "client_health: p99 socket read delay above this merges frames (default 10)",
     "max_cpu_percent": "client_health: p90 worker CPU above this means a saturated client (default 90)",
     "min_in_flight_share": "client_health: share of samples at target in-flight below this fails (default 0.95)",
+    "outlier_pct": "fleet_nodes: % off the fleet median that flags a node (default 15)",
 }
 
 Format = Literal["table", "csv", "json"]
@@ -73,6 +75,23 @@ def open_results(results_dir: str | Path, run_ids: list[str] | None = None) -> d
                 "(list them with `loadgen query runs`)")
         _run(con, "SET VARIABLE run_ids = ?", [list(run_ids)])
     return con
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """`NAME=VALUE` strings from the command line -> parameters; numbers become numbers."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise LoadgenError(f"--set {pair!r}: expected NAME=VALUE, e.g. --set outlier_pct=10")
+        try:
+            params[key] = int(text)
+        except ValueError:
+            try:
+                params[key] = float(text)
+            except ValueError:
+                params[key] = text
+    return params
 
 
 def run_query(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None) -> pa.Table:

@@ -58,7 +58,8 @@ _FLAG_OF_KEY = {"load.concurrency": "--concurrency", "load.requests": "--request
 def _query(args: argparse.Namespace) -> int:
     from loadgen import analysis
     con = analysis.open_results(args.results, args.run or None)
-    print(analysis.render(analysis.run_query(con, args.name), args.format))
+    params = analysis.parse_params(args.set or [])
+    print(analysis.render(analysis.run_query(con, args.name, params), args.format))
     return 0
 
 
@@ -109,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", help="results folder (default ./results)")
     p.add_argument("--run", action="append", help="limit to this run id (repeatable)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE",
+                   help="a query parameter (repeatable), e.g. --set baseline=mtp --set outlier_pct=10; "
+                        "the list: queries/README.md")
     p.set_defaults(func=_query)
 
     p = sub.add_parser("report", help="write a self-contained HTML report (and optional Markdown summary)")

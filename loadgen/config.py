@@ -19,7 +19,7 @@ from loadgen.errors import ConfigError
 from loadgen.prompts.mix import PromptsConfig, parse_prompts_config
 from loadgen.protocol import ADAPTERS
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 EMULATOR_ALGORITHMS = ("NONE", "EAGLE", "EAGLE3", "NEXTN", "DFLASH")
 _TYPE_NAMES = {dict: "a table", list: "a list", str: "a string", int: "a whole number", float: "a number",
                bool: "true or false"}
@@ -72,7 +72,7 @@ class Experiment:
     fleet: Any = None                # loadgen.fleet.Fleet when the file has [fleet] instead of [[targets]]
 
 
-class _Table:
+class StrictTable:
     """Reads one TOML table, remembering which keys were used so leftovers can be reported."""
 
     def __init__(self, data: Any, key: str) -> None:
@@ -127,15 +127,15 @@ def load_experiment(path: str | Path) -> Experiment:
 
 
 def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> Experiment:
-    top = _Table(data, "")
-    run = _Table(top.get("run", dict, {}), "run")
+    top = StrictTable(data, "")
+    run = StrictTable(top.get("run", dict, {}), "run")
     name = run.get("name", str, Path(source).stem)
-    if not _NAME.match(name):
+    if not NAME_PATTERN.match(name):
         raise ConfigError("run.name", f"{name!r} is not a safe name",
                           "use letters, digits, '.', '_' or '-' (it becomes part of paths and SQL)")
     results = run.get("results", str, None)
     run.done()
-    load = _parse_load(_Table(top.get("load", dict, {}), "load"))
+    load = _parse_load(StrictTable(top.get("load", dict, {}), "load"))
     prompts = parse_prompts_config(top.get("prompts", dict, {}), "prompts", base_dir)
     fleet_table = top.get("fleet", dict, None)
     raw_targets = top.get("targets", list, ... if fleet_table is None else [])
@@ -161,7 +161,7 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     return Experiment(name, results, load, prompts, targets, source, data, fleet)
 
 
-def _parse_load(t: _Table) -> LoadConfig:
+def _parse_load(t: StrictTable) -> LoadConfig:
     mode = t.get("mode", str, "closed")
     if mode not in ("closed", "open"):
         raise ConfigError("load.mode", f"unknown mode {mode!r}",
@@ -211,7 +211,7 @@ def _parse_load(t: _Table) -> LoadConfig:
     return config
 
 
-def _error_budget(t: _Table) -> float | None:
+def _error_budget(t: StrictTable) -> float | None:
     """A whole number is a count of failed requests per step; a fraction below 1 is a share of them."""
     raw = t.data.get("error_budget")
     value = t.get("error_budget", (int, float), None)
@@ -223,7 +223,7 @@ def _error_budget(t: _Table) -> float | None:
     return value
 
 
-def _choice(t: _Table, name: str, options: tuple[str, ...]) -> str:
+def _choice(t: StrictTable, name: str, options: tuple[str, ...]) -> str:
     value = t.get(name, str, options[0])
     if value not in options:
         raise ConfigError(f"load.{name}", f"unknown value {value!r}", "use " + " or ".join(f'"{o}"' for o in options))
@@ -231,9 +231,9 @@ def _choice(t: _Table, name: str, options: tuple[str, ...]) -> str:
 
 
 def _parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
-    t = _Table(raw, key)
+    t = StrictTable(raw, key)
     name = t.get("name", str)
-    if not _NAME.match(name):
+    if not NAME_PATTERN.match(name):
         raise ConfigError(f"{key}.name", f"{name!r} is not a safe name", "use letters, digits, '.', '_' or '-'")
     flavor = t.get("flavor", str, "sglang")
     if flavor not in ADAPTERS:
@@ -244,11 +244,11 @@ def _parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
         raise ConfigError(key, "needs exactly one of `url` (a running server) or [emulator] (launched by loadgen)",
                           "set url = \"http://host:port\" or add a [targets.emulator] table")
     if url is not None:
-        _check_url(url, f"{key}.url")
+        check_url(url, f"{key}.url")
         url = url.rstrip("/")
     args: tuple[str, ...] = ()
     if emulator is not None:
-        args = _emulator_args(emulator, f"{key}.emulator", base_dir)
+        args = emulator_args(emulator, f"{key}.emulator", base_dir)
         if "model-path" not in emulator:  # required by launch_server's flags; the emulator only reports it
             args += ("--model-path", "emulated/qwen3.8-27b-nvfp4")
         _check_emulator_flags(args, f"{key}.emulator")
@@ -264,7 +264,7 @@ def _parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
     return TargetConfig(name, flavor, url, args, node, api_key_env, api_key_file, *openai)
 
 
-def _openai_options(t: _Table, key: str, flavor: str) -> tuple[str | None, bool, bool | None]:
+def _openai_options(t: StrictTable, key: str, flavor: str) -> tuple[str | None, bool, bool | None]:
     """model, continuous_usage, spec_details: request options of the openai-* flavours only."""
     if not flavor.startswith("openai-"):
         for name in ("model", "continuous_usage", "spec_details"):
@@ -277,7 +277,7 @@ def _openai_options(t: _Table, key: str, flavor: str) -> tuple[str | None, bool,
     return model, t.get("continuous_usage", bool, True), t.get("spec_details", bool, None)
 
 
-def _check_url(url: str, key: str) -> None:
+def check_url(url: str, key: str) -> None:
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise ConfigError(key, f"{url!r} is not an http://host:port URL", "e.g. url = \"http://127.0.0.1:30000\"")
@@ -289,7 +289,7 @@ def _check_url(url: str, key: str) -> None:
         raise ConfigError(key, f"{url!r} has a path", "give the server root; the route comes from the flavor")
 
 
-def _emulator_args(table: dict, key: str, base_dir: Path) -> tuple[str, ...]:
+def emulator_args(table: dict, key: str, base_dir: Path) -> tuple[str, ...]:
     """[targets.emulator] keys are launch_server flags without the dashes: speculative-algorithm = "NEXTN"."""
     args: list[str] = []
     for flag, value in table.items():

@@ -21,7 +21,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loadgen import draftcheck
-from loadgen.config import _NAME, TargetConfig, _check_url, _emulator_args, _Table
+from loadgen.config import NAME_PATTERN, TargetConfig, check_url, emulator_args, StrictTable
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.protocol import ADAPTERS
 
@@ -110,7 +110,7 @@ class Fleet:
 def parse_fleet(raw: Any, base_dir: Path) -> Fleet:
     """The experiment's [fleet] table: `file` (the fleet file, relative to the experiment) and/or inline fleet
     keys (these win), plus `profiles` or [[fleet.configurations]]."""
-    table = _Table(raw, "fleet")
+    table = StrictTable(raw, "fleet")
     file = table.get("file", str, None)
     merged: dict[str, Any] = {}
     fleet_dir = base_dir
@@ -123,15 +123,15 @@ def parse_fleet(raw: Any, base_dir: Path) -> Fleet:
             data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError("fleet.file", f"{path} is not valid TOML: {exc}") from exc
-        top = _Table(data, "")
-        merged = dict(_Table(top.get("fleet", dict), "fleet").data)
+        top = StrictTable(data, "")
+        merged = dict(StrictTable(top.get("fleet", dict), "fleet").data)
         top.done()
         fleet_dir = path.parent
     merged.update({k: v for k, v in table.data.items() if k != "file"})
-    return _parse_merged(_Table(merged, "fleet"), fleet_dir, base_dir)
+    return _parse_merged(StrictTable(merged, "fleet"), fleet_dir, base_dir)
 
 
-def _parse_merged(t: _Table, fleet_dir: Path, base_dir: Path) -> Fleet:
+def _parse_merged(t: StrictTable, fleet_dir: Path, base_dir: Path) -> Fleet:
     name = t.get("name", str, "fleet")
     flavor = t.get("flavor", str, "sglang")
     if flavor not in ADAPTERS:
@@ -170,9 +170,9 @@ def _parse_merged(t: _Table, fleet_dir: Path, base_dir: Path) -> Fleet:
 
 
 def _parse_node(raw: Any, key: str, launch: str, fleet_dir: Path) -> FleetNode:
-    t = _Table(raw, key)
+    t = StrictTable(raw, key)
     name = t.get("name", str)
-    if not _NAME.match(name):
+    if not NAME_PATTERN.match(name):
         raise ConfigError(f"{key}.name", f"{name!r} is not a safe name", "use letters, digits, '.', '_' or '-'")
     node_ip, resource = t.get("node_ip", str, None), t.get("resource", str, None)
     labels = t.get("labels", dict, None)
@@ -183,7 +183,7 @@ def _parse_node(raw: Any, key: str, launch: str, fleet_dir: Path) -> FleetNode:
         raise ConfigError(f"{key}.labels", "must be a non-empty table of strings", "labels = { \"loadgen-node\" = \"spark1\" }")
     url = t.get("url", str, None)
     if url is not None:
-        _check_url(url, f"{key}.url")
+        check_url(url, f"{key}.url")
         url = url.rstrip("/")
     elif launch == "external":
         raise ConfigError(f"{key}.url", "is required for launch = \"external\"", "give the running server's URL")
@@ -196,7 +196,7 @@ def _parse_node(raw: Any, key: str, launch: str, fleet_dir: Path) -> FleetNode:
     return FleetNode(name, locator, url, flags, api_key_env)
 
 
-def _parse_stages(t: _Table, nodes: tuple[FleetNode, ...], launch: str, profiles_dir: Path, replace: dict,
+def _parse_stages(t: StrictTable, nodes: tuple[FleetNode, ...], launch: str, profiles_dir: Path, replace: dict,
                   base_dir: Path, flavor: str) -> tuple[Stage, ...]:
     shorthand = t.get("profiles", list, None)
     tables = t.get("configurations", list, None)
@@ -217,12 +217,12 @@ def _parse_stages(t: _Table, nodes: tuple[FleetNode, ...], launch: str, profiles
     stages = []
     for i, entry in enumerate(raw):
         key = key_of.format(i)
-        c = _Table(entry, key)
+        c = StrictTable(entry, key)
         default = c.get("profile", str, None)
         per_node = c.get("nodes", dict, {})
         stage_name = c.get("name", str, default)
         c.done()
-        if stage_name is None or not _NAME.match(stage_name):
+        if stage_name is None or not NAME_PATTERN.match(stage_name):
             raise ConfigError(f"{key}.name", f"{stage_name!r} is not a usable name",
                               "name the configuration (letters, digits, '.', '_', '-')")
         unknown = sorted(set(per_node) - {n.name for n in nodes})
@@ -239,7 +239,7 @@ def _parse_stages(t: _Table, nodes: tuple[FleetNode, ...], launch: str, profiles
             profiles[n.name] = cache[pname]
         flags = {n.name: _flags(n, profiles[n.name], replace) for n in nodes}
         targets = tuple(TargetConfig(f"{n.name}.{stage_name}", flavor, None,
-                                     _emulator_args(flags[n.name], f"fleet.nodes.{n.name}.flags", base_dir),
+                                     emulator_args(flags[n.name], f"fleet.nodes.{n.name}.flags", base_dir),
                                      n.name, n.api_key_env) for n in nodes)
         stages.append(Stage(stage_name, profiles, flags, targets))
     _unique([s.name for s in stages], "fleet.configurations", "configuration")
@@ -278,7 +278,7 @@ def load_profile(name: str, profiles_dir: Path, key: str = "profile", _seen: tup
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
-    t = _Table(data, "")
+    t = StrictTable(data, "")
     description = t.get("description", str, "")
     extends = t.get("extends", str, None)
     if extends:   # a profile beside this one, else a shipped one

@@ -147,12 +147,26 @@ class StreamExchange:
             sock.close()
             return
         self.sock = sock
-        loop = asyncio.get_running_loop()
-        await loop.sock_sendall(sock, self.request)
+        try:
+            sent = sock.send(self.request)  # a request fits the socket buffer unless its prompt is huge
+        except BlockingIOError:
+            sent = 0
+        if sent < len(self.request) and not await self._send_rest(sock, memoryview(self.request)[sent:]):
+            return
         self.state.t_sent_ns = self.t_last_read = now_ns()
         if not self.done.done():
-            loop.add_reader(sock.fileno(), self.on_readable)
+            asyncio.get_running_loop().add_reader(sock.fileno(), self.on_readable)
         await self.done
+
+    async def _send_rest(self, sock: socket.socket, rest: memoryview) -> bool:
+        """Send what did not fit at once, unless the exchange is cut meanwhile (then False)."""
+        send = asyncio.ensure_future(asyncio.get_running_loop().sock_sendall(sock, rest))
+        await asyncio.wait([send, self.done], return_when=asyncio.FIRST_COMPLETED)
+        if not send.done():
+            send.cancel()
+            return False
+        send.result()  # OSError: the server went away while we sent
+        return True
 
     def on_readable(self) -> None:
         """One TCP read, dated by the kernel's stamp of its last segment."""
@@ -238,7 +252,6 @@ class StreamExchange:
         if sock is not None:
             loop = asyncio.get_running_loop()
             loop.remove_reader(sock.fileno())
-            loop.remove_writer(sock.fileno())  # a cut during a partial send
             if reusable and self.endpoint is not None:
                 self.endpoint.keep(sock)
             else:

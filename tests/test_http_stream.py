@@ -222,3 +222,26 @@ def test_a_finished_exchange_leaves_no_reference_cycle(frames):
         assert leaked == []
 
     asyncio.run(main())
+
+
+def test_a_cut_while_a_huge_request_is_still_being_sent_ends_at_once(frames):
+    """A server that never reads: the request (8 MB, more than the socket buffers hold) cannot be sent."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
+    adapter = SglangNativeAdapter()
+
+    async def main() -> StreamState:
+        state, registry = StreamState("big", PROMPT, "measure", 0, frames), {}
+        body = adapter.body("big", Prompt("p", "code", "t", text="x" * 8_000_000), SamplingSpec(2))
+        task = asyncio.create_task(stream_request(Endpoint(f"http://127.0.0.1:{listener.getsockname()[1]}"),
+                                                  adapter, state, body, registry, ReadStats()))
+        await asyncio.sleep(0.3)
+        assert not task.done() and state.t_sent_ns is None  # still sending
+        registry["big"].cut("timeout", "stall")
+        await asyncio.wait_for(task, 2)
+        return state
+
+    state = asyncio.run(main())
+    assert state.status == "timeout" and state.t_done_ns is not None
+    listener.close()

@@ -116,3 +116,21 @@ def test_the_files_run_unchanged_in_the_duckdb_cli(folder):
     assert {x["run_id"] for x in csv.DictReader(io.StringIO(filtered))} == {"r2"}
     for name in list_queries():                                              # and every other file too
         _cli(folder, f".read queries/{name}.sql", cwd=repo)
+
+
+def test_cli_set_passes_parameters_and_refuses_malformed_ones(folder, capsys):
+    from loadgen import cli
+    assert cli.main(["query", "compare_algorithms", "--results", str(folder), "--format", "json",
+                     "--set", "baseline=df"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and {(r["baseline_target"], r["target"]) for r in rows} == {("df", "mtp")}
+    assert cli.main(["query", "client_health", "--results", str(folder), "--set", "max_read_delay_ms"]) == 2
+    assert "expected NAME=VALUE" in capsys.readouterr().err
+    assert cli.main(["query", "client_health", "--results", str(folder), "--set", "max_lag=5"]) == 2
+    assert "unknown query parameter 'max_lag'" in capsys.readouterr().err
+
+
+def test_parse_params_types():
+    from loadgen.analysis import parse_params
+    assert parse_params(["outlier_pct=10", "min_in_flight_share=0.5", "baseline=mtp"]) == {
+        "outlier_pct": 10, "min_in_flight_share": 0.5, "baseline": "mtp"}
