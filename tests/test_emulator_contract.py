@@ -9,7 +9,6 @@ validation, every frame must re-serialize to the very bytes the emulator sent, t
 
 from __future__ import annotations
 
-import http.client
 import importlib.util
 import json
 import os
@@ -22,9 +21,9 @@ import zipfile
 from pathlib import Path
 from typing import List, Optional, Union
 
-import orjson
 import pytest
 
+from httpcalls import request
 from loadgen.emulator.launch import EmulatorThread
 
 pytest.importorskip("openai", reason="SGLang's protocol.py imports openai (pip install openai)")
@@ -81,12 +80,8 @@ def server():
 
 
 def post(port: int, path: str, body: dict) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("POST", path, body=orjson.dumps(body), headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    data = resp.read()
-    conn.close()
-    return resp.status, data
+    status, _, data = request(port, "POST", path, body)
+    return status, data
 
 
 def frames(data: bytes) -> list[bytes]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import http.client
 import re
 import socket
 import time
 
 import orjson
 
+from httpcalls import request
 from loadgen.emulator.launch import EmulatorThread
 
 BODY = {"text": "def f():\n    pass\n", "stream": True, "sampling_params": {"max_new_tokens": 60, "ignore_eos": True}}
@@ -45,11 +45,7 @@ def dechunk(raw: bytes) -> tuple[bytes, bool]:
 
 
 def truth(port: int) -> dict:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("GET", "/emulator/requests")
-    rows = orjson.loads(conn.getresponse().read())["requests"]
-    conn.close()
-    return rows[-1]
+    return orjson.loads(request(port, "GET", "/emulator/requests", timeout=10)[2])["requests"][-1]
 
 
 def faulted(*flags: str):

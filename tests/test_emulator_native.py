@@ -14,6 +14,7 @@ import time
 import orjson
 import pytest
 
+from httpcalls import request
 from loadgen.emulator.launch import EmulatorProcess, EmulatorThread
 
 DFLASH2 = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "loadgen/emulator/drafts/dflash2",
@@ -21,17 +22,6 @@ DFLASH2 = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path"
 FAST = ["--time-scale", "50"]
 FRAME = re.compile(rb"data: (\{.*?\}|\[DONE\])\n\n", re.S)
 CODE = "def add(a, b):\n    return a + b\n# write tests for add() using pytest\n"
-
-
-def request(port: int, method: str, path: str, body: dict | None = None, headers: dict | None = None):
-    """(status, headers, de-chunked body bytes) of one HTTP request."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    h = {"Content-Type": "application/json", **(headers or {})}
-    conn.request(method, path, body=orjson.dumps(body) if body is not None else None, headers=h)
-    resp = conn.getresponse()
-    data = resp.read()
-    conn.close()
-    return resp.status, dict(resp.getheaders()), data
 
 
 def sse_frames(data: bytes) -> list[bytes]:

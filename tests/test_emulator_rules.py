@@ -12,6 +12,7 @@ import time
 import orjson
 import pytest
 
+from httpcalls import request
 from loadgen.emulator.calibration import spec_for
 from loadgen.emulator.drafts import read_dflash_draft
 from loadgen.emulator.engine import EmuRequest, resolve_min_free_slots
@@ -23,21 +24,12 @@ from loadgen.errors import ConfigError
 
 
 def post(port: int, path: str, body: dict, headers: dict | None = None) -> tuple[int, dict, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("POST", path, body=orjson.dumps(body), headers={"Content-Type": "application/json", **(headers or {})})
-    resp = conn.getresponse()
-    data = resp.read()
-    conn.close()
-    return resp.status, dict(resp.getheaders()), data
+    return request(port, "POST", path, body, headers)
 
 
 def get(port: int, path: str, headers: dict | None = None) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("GET", path, headers=headers or {})
-    resp = conn.getresponse()
-    data = resp.read()
-    conn.close()
-    return resp.status, data
+    status, _, data = request(port, "GET", path, headers=headers)
+    return status, data
 
 
 def payloads(data: bytes) -> list[dict]:
