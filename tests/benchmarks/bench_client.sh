@@ -11,6 +11,7 @@ LG=${LOADGEN:-$(command -v loadgen)}
 WORKERS=${WORKERS:-1}
 cd "$CB"
 run() {  # name conc gap
+  rm -rf "$CLIENTBENCH_ROOT/runs/$1/results"  # loadgen appends runs to a results folder; measure this one only
   $PY bench.py run --client cmd --label "loadgen-w$WORKERS" --adapter loadgen --route generate -c "$2" --gap-ms "$3" \
     --name "$1" --retries 2 --wait-quiet 10 \
     --cmd "$LG run --url {url} --flavor sglang --concurrency {conc} --requests {requests} --max-tokens {max_tokens} --workers $WORKERS --results {out}/results"
