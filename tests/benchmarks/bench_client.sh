@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# loadgen's worker against the clientbench firehose (../shared/clientbench), at the issue's three points, plus a
-# saturation point: server on CPU 0, the whole loadgen client (driver, Ray, worker, sink) on CPU 1.
-#   bash tests/benchmarks/bench_client.sh            # then: $PY bench.py table $CLIENTBENCH_ROOT/runs/lg-*
+# loadgen's worker against the clientbench firehose (../shared/clientbench) at the issue's three points, each next
+# to a baseline run in the same session: the harness's tuned aiohttp client (iter_any + orjson + uvloop).
+# Server on CPU 0, the whole loadgen client (driver, Ray, worker, sink) on CPU 1.
+#   bash tests/benchmarks/bench_client.sh        # prints the harness's table, then loadgen / baseline ratios
 # Needs the harness's venv-base with duckdb (its README: "loadgen itself").
 set -euo pipefail
 export CLIENTBENCH_ROOT=${CLIENTBENCH_ROOT:-$HOME/.cache/clientbench}
@@ -10,13 +11,26 @@ CB=$(cd "$(dirname "$0")/../../../shared/clientbench" && pwd)
 LG=${LOADGEN:-$(command -v loadgen)}
 WORKERS=${WORKERS:-1}
 cd "$CB"
-run() {  # name conc gap
-  rm -rf "$CLIENTBENCH_ROOT/runs/$1/results"  # loadgen appends runs to a results folder; measure this one only
-  $PY bench.py run --client cmd --label "loadgen-w$WORKERS" --adapter loadgen --route generate -c "$2" --gap-ms "$3" \
-    --name "$1" --retries 2 --wait-quiet 10 \
-    --cmd "$LG run --url {url} --flavor sglang --concurrency {conc} --requests {requests} --max-tokens {max_tokens} --workers $WORKERS --results {out}/results"
+run() {  # conc gap
+  local name="lg-w$WORKERS-$1x$2"
+  rm -rf "$CLIENTBENCH_ROOT/runs/$name/results"  # loadgen appends runs to a results folder; measure this one only
+  $PY bench.py run --client cmd --label "loadgen-w$WORKERS" --adapter loadgen --route generate -c "$1" --gap-ms "$2" \
+    --name "$name" --retries 2 --wait-quiet 10 \
+    --cmd "$LG run --url {url} --flavor sglang --concurrency {conc} --requests {requests} --max-tokens {max_tokens} --workers $WORKERS --results {out}/results" >/dev/null
+  $PY bench.py run --client ref-tuned --route generate -c "$1" --gap-ms "$2" --name "base-$1x$2" --retries 2 \
+    --wait-quiet 10 >/dev/null
 }
-run "lg-w$WORKERS-256x5" 256 5
-run "lg-w$WORKERS-64x20" 64 20
-run "lg-w$WORKERS-256x20" 256 20
-$PY bench.py table "$CLIENTBENCH_ROOT"/runs/lg-w"$WORKERS"-*
+run 256 5
+run 64 20
+run 256 20
+R=$CLIENTBENCH_ROOT/runs
+$PY bench.py table "$R"/lg-w"$WORKERS"-{256x5,64x20,256x20} "$R"/base-{256x5,64x20,256x20}
+$PY - "$R" "$WORKERS" <<'PY'
+import json, sys
+root, w = sys.argv[1], sys.argv[2]
+print("\nloadgen / tuned aiohttp, same session:  cpu per frame   p99 gap error   coalesced")
+for point in ("256x5", "64x20", "256x20"):
+    lg, base = (json.load(open(f"{root}/{n}-{point}/result.json"))["row"] for n in (f"lg-w{w}", "base"))
+    ratio = lambda k: f"{lg[k] / base[k]:.3f}" if base[k] else "-"
+    print(f"  {point:8s} {ratio('us_per_frame'):>30s} {ratio('gap_err_p99'):>15s} {ratio('coalesced'):>11s}")
+PY
