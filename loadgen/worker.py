@@ -92,6 +92,7 @@ class LoadWorker:
         self.process = psutil.Process()
         gc.freeze()  # the prompt pool and Ray's state never become garbage: keep them out of every GC pass
         self.pending_writes: list[ray.ObjectRef] = []
+        self.write_checks: list[asyncio.Future] = []  # finished writes whose errors stop_step must still raise
         self.step: StepSpec | None = None
         self.issuing = False
         self.run_task: asyncio.Task | None = None
@@ -317,8 +318,9 @@ class LoadWorker:
             self.bar = None
         self.endpoint.close_idle()
         self._flush(step)
-        await asyncio.gather(*self.pending_writes)
+        await asyncio.gather(*self.pending_writes, *self.write_checks)
         self.pending_writes.clear()
+        self.write_checks.clear()
         self.in_transit.clear()
         self.step = None
         return dict(self.outcomes)
@@ -414,15 +416,12 @@ class LoadWorker:
 
     def _prune_writes(self) -> None:
         """Forget acknowledged writes: a long step would otherwise hold one ref per flush (memory grows with
-        run length). A failed write stays, so stop_step still raises its error."""
-        done, pending = ray.wait(self.pending_writes, num_returns=len(self.pending_writes), timeout=0)
-        failed = []
-        for ref in done:
-            try:
-                ray.get(ref, timeout=0)
-            except Exception:
-                failed.append(ref)
-        self.pending_writes = failed + pending
+        run length). Finished ones are awaited (not ray.get: that blocks an async actor's loop), and a failed
+        one is kept, so stop_step still raises its error."""
+        done, self.pending_writes = ray.wait(self.pending_writes, num_returns=len(self.pending_writes), timeout=0)
+        if done:
+            self.write_checks.append(asyncio.gather(*done))
+        self.write_checks = [c for c in self.write_checks if not c.done() or c.exception() is not None]
 
     def _row(self, step: StepSpec, s: StreamState) -> dict:
         return {
