@@ -29,9 +29,11 @@ CREATE OR REPLACE MACRO pct_change(new, old) AS 100 * (new / old - 1);
 CREATE OR REPLACE MACRO outside_spread(a_min, a_max, a_n, b_min, b_max, b_n) AS
     CASE WHEN greatest(a_n, b_n) < 2 THEN NULL ELSE a_min > b_max OR a_max < b_min END;
 
--- Every table's files, limited to the selected runs (by name: older files may lack a newer column).
-CREATE OR REPLACE MACRO results_table(name) AS TABLE
-SELECT * FROM read_parquet(getvariable('results') || '/' || name || '/run_id=*/*.parquet', union_by_name = true)
+-- Every table's files, limited to the selected runs. by_name: match columns by name across files, for a table
+-- whose columns changed between schema versions (DuckDB otherwise takes the first file's columns and silently
+-- drops later ones); it costs the big tables ~4x, so only those that changed use it.
+CREATE OR REPLACE MACRO results_table(name, by_name := false) AS TABLE
+SELECT * FROM read_parquet(getvariable('results') || '/' || name || '/run_id=*/*.parquet', union_by_name = by_name)
 WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
 
 -- A run writes its row twice: status 'running' at the start, the final status at the end (a driver killed
@@ -48,7 +50,10 @@ CREATE OR REPLACE VIEW frames AS FROM results_table('frames');
 
 CREATE OR REPLACE VIEW server_samples AS FROM results_table('server_samples');
 
-CREATE OR REPLACE VIEW client_samples AS FROM results_table('client_samples');
+-- Schema 2 added read_delay_max_ms: NULL in rows of older files (and present even when all files are older).
+CREATE OR REPLACE VIEW client_samples AS
+FROM results_table('client_samples', by_name := true)
+UNION ALL BY NAME SELECT NULL::DOUBLE AS read_delay_max_ms WHERE false;
 
 -- One row per step with the columns every result row is labelled with.
 CREATE OR REPLACE VIEW step_info AS

@@ -222,3 +222,6 @@ def test_results_of_an_older_schema_without_a_newer_column_still_query(tmp_path)
     rows = {x["run_id"]: x for x in query(root, "client_health")}
     assert rows["v1"]["verdict"] == "ok" and rows["v1"]["read_delay_max_ms"] is None
     assert rows["v2"]["verdict"].startswith("suspect: socket read delay")
+    newer = root / "client_samples" / "run_id=v2" / "part-0-0.parquet"
+    pq.write_table(pq.read_table(newer).drop_columns(["read_delay_max_ms"]), newer)   # only schema-1 files left
+    assert {x["run_id"]: x["verdict"] for x in query(root, "client_health")} == {"v1": "ok", "v2": "ok"}
