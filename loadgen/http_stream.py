@@ -125,9 +125,9 @@ class StreamExchange:
     """Feeds one response into an adapter; resolves `done` when the exchange is over, however it ended."""
 
     def __init__(self, state: StreamState, adapter: Adapter, request: bytes, stats: ReadStats,
-                 endpoint: Endpoint | None = None) -> None:
+                 endpoint: Endpoint) -> None:
         self.state = state
-        self.endpoint = endpoint  # where a cleanly finished connection goes back; None: always close
+        self.endpoint = endpoint  # where a cleanly finished connection goes back
         self.adapter = adapter
         self.request = request
         self.stats = stats
@@ -252,7 +252,7 @@ class StreamExchange:
         if sock is not None:
             loop = asyncio.get_running_loop()
             loop.remove_reader(sock.fileno())
-            if reusable and self.endpoint is not None:
+            if reusable:
                 self.endpoint.keep(sock)
             else:
                 sock.close()

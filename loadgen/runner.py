@@ -337,7 +337,7 @@ def _close_windows(groups: list[list], names: list[str], t_min_end: int, load, c
 def _measure_sent(worker) -> int:
     """Requests a worker sent inside the open window (0 for a dead worker: the drain wait deals with it)."""
     try:
-        return ray.get(worker.progress.remote())["measure_sent"]
+        return ray.get(worker.measure_sent_count.remote())
     except ray.exceptions.RayActorError:
         return 0
 

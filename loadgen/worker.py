@@ -271,13 +271,17 @@ class LoadWorker:
                 self.measure_sent -= 1
                 self.measure_open -= in_flight
 
+    async def measure_sent_count(self) -> int:
+        """Requests sent inside the open window: the driver's poll while it decides the window's end (cheaper
+        than `progress`, which also builds every unsettled row)."""
+        return self.measure_sent
+
     async def progress(self) -> dict:
         """What the driver needs to decide when the drain is over."""
         step = self.step
         quota_done = step is not None and step.max_requests is not None and self.sent >= step.max_requests
         failed = sum(v for k, v in self.outcomes.items() if k not in ("ok", "cancelled"))
         return {"in_flight": len(self.streams), "measure_open": self.measure_open, "sent": self.sent,
-                "measure_sent": self.measure_sent,
                 "quota_done": quota_done, "finished": sum(self.outcomes.values()), "failed": failed,
                 "outcomes": dict(self.outcomes), "unsettled": self._unsettled_rows(step)}
 
@@ -458,11 +462,12 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def _raise_priority() -> None:
-    """Timestamps are taken when the worker runs, so it must not wait behind Ray's own processes (raylet,
-    GCS, the sink) on a shared core, yet Ray starts worker processes at nice 15. Called from the event-loop
-    thread (Linux nice is per thread), this gives exactly the thread that reads and timestamps a CFS weight
-    that preempts them. Needs root or CAP_SYS_NICE; without it the thread keeps Ray's priority, and
-    client_samples (loop lag) show the cost."""
+    """Reads are dated by the kernel, but a worker waiting behind Ray's own processes (raylet, GCS, the sink)
+    on a shared core still reads late (frames of one stream get merged into one read) and sends late, yet Ray
+    starts worker processes at nice 15. Called from the event-loop thread (Linux nice is per thread), this
+    gives exactly the thread that reads and sends a CFS weight that preempts them. Needs root or
+    CAP_SYS_NICE; without it the thread keeps Ray's priority, and client_samples (loop lag, read delay) show
+    the cost."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, WORKER_NICE)
     except OSError:

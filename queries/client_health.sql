@@ -11,7 +11,8 @@
 --   in_flight_share                    share of samples whose in_flight reached target_in_flight (closed
 --                                      loop: the offered load really was C)
 -- verdict: 'unknown: ...' without samples; 'ok' when loop_lag_p99_ms <= max_loop_lag_ms (default 10),
--- read_delay_p99_ms <= max_read_delay_ms (default 10; NULL without kernel stamps passes), cpu_p90_percent <= max_cpu_percent (default 90) and in_flight_share >= min_in_flight_share (default 0.95);
+-- read_delay_p99_ms <= max_read_delay_ms (default 10; NULL without kernel stamps passes),
+-- cpu_p90_percent <= max_cpu_percent (default 90) and in_flight_share >= min_in_flight_share (default 0.95);
 -- otherwise 'suspect: ' and the failed checks. Thresholds: SET VARIABLE max_loop_lag_ms = 20, etc.
 -- distorted is NULL / false / true for unknown / ok / suspect.
 WITH w AS (
