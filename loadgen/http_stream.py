@@ -38,13 +38,21 @@ KEEP_IDLE_S = 1.0  # far below any server's keep-alive timeout (uvicorn's defaul
 
 
 class ReadStats:
-    """What the kernel stamps reveal about the client itself: how long data waited in a socket before the
-    worker read it (the worst since the last `take`). Large values mean frames got coalesced into one read."""
+    """What every read of one worker shares: the receive buffer, and what the kernel stamps reveal about the
+    client itself (how long data waited in a socket before the worker read it, the worst since the last
+    `take`; large values mean frames got coalesced into one read).
 
-    __slots__ = ("max_delay_ns",)
+    One preallocated buffer serves every read: a fresh 256 KiB bytes object per read cost an mmap, mremap
+    and munmap on one read in eight (strace). Reads never overlap (one event loop), and httptools copies
+    whatever it hands on."""
+
+    __slots__ = ("max_delay_ns", "buffers", "view")
 
     def __init__(self) -> None:
         self.max_delay_ns = 0
+        buffer = bytearray(_READ_SIZE)
+        self.buffers = [buffer]
+        self.view = memoryview(buffer)
 
     def take(self) -> float:
         """The worst read delay in ms since the previous call."""
@@ -170,8 +178,9 @@ class StreamExchange:
 
     def on_readable(self) -> None:
         """One TCP read, dated by the kernel's stamp of its last segment."""
+        stats = self.stats
         try:
-            data, ancillary, _, _ = self.sock.recvmsg(_READ_SIZE, _ANCILLARY_SIZE)  # type: ignore[union-attr]
+            size, ancillary, _, _ = self.sock.recvmsg_into(stats.buffers, _ANCILLARY_SIZE)  # type: ignore[union-attr]
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -183,14 +192,14 @@ class StreamExchange:
             delay = time.time_ns() - seconds * 1_000_000_000 - nanoseconds
             if delay > 0:
                 t -= delay
-                if delay > self.stats.max_delay_ns:
-                    self.stats.max_delay_ns = delay
-        if data:
-            self.data_received(data, t)
+                if delay > stats.max_delay_ns:
+                    stats.max_delay_ns = delay
+        if size:
+            self.data_received(stats.view[:size], t)
         else:
             self.connection_lost(None)
 
-    def data_received(self, data: bytes, t_ns: int) -> None:
+    def data_received(self, data: bytes | memoryview, t_ns: int) -> None:
         """Parse one read that arrived at `t_ns`."""
         self.t_read = self.t_last_read = t_ns
         try:

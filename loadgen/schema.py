@@ -145,15 +145,21 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 
-def batch_from_columns(table: str, columns: dict[str, list], constants: dict | None = None) -> pa.RecordBatch:
-    """Build a record batch of `table` from python column lists; `constants` fill whole columns with one
-    value (cheap: no per-row Python objects); missing columns become nulls."""
+def batch_from_columns(table: str, columns: dict[str, list | pa.Array], constants: dict | None = None
+                       ) -> pa.RecordBatch:
+    """Build a record batch of `table` from python column lists or ready columns; `constants` fill whole
+    columns with one value (cheap: no per-row Python objects); missing columns become nulls."""
     schema = TABLES[table]
     constants = constants or {}
     n = len(next(iter(columns.values()))) if columns else 0
-    arrays = [pa.array(columns[f.name], type=f.type) if f.name in columns
+    arrays = [column(table, f.name, columns[f.name]) if f.name in columns
               else pa.repeat(pa.scalar(constants.get(f.name), type=f.type), n) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def column(table: str, name: str, values: list | pa.Array) -> pa.Array:
+    """One column of `table` as Arrow, from a python list (or as it is when already built)."""
+    return values if isinstance(values, pa.Array) else pa.array(values, type=TABLES[table].field(name).type)
 
 
 def batch_from_rows(table: str, rows: list[dict]) -> pa.RecordBatch:

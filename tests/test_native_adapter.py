@@ -98,3 +98,16 @@ def test_frame_without_new_tokens_is_not_a_frame_row():
 def test_never_raises_on_any_bytes(payloads):
     state, _ = _run(payloads)
     assert state.status is not None
+
+
+def test_dropping_shipped_rows_keeps_the_rows_appended_while_they_were_shipped():
+    """The worker builds a batch from the first n rows over several loop turns and drops them only once sent:
+    frames read meanwhile must survive, and a flush cancelled half-way must lose nothing."""
+    frames = FrameBuffer()
+    state = StreamState("r1", PROMPT, "measure", 0, frames)
+    for i in range(1, 4):
+        ADAPTER.on_payload(state, _frame("a" * i, i), 1000 + i)
+    shipped = len(frames)
+    ADAPTER.on_payload(state, _frame("aaaa", 4), 1004)    # read while the batch was being built
+    frames.drop(shipped)
+    assert len(frames) == 1 and frames.cum_tokens == [4] and frames.seq == [3] and frames.t_ns == [1004]

@@ -39,6 +39,11 @@ class FrameBuffer:
         self.cum_tokens: list[int | None] = []
         self.bytes: list[int] = []
 
+    def drop(self, n: int) -> None:
+        """Forget the first `n` rows (shipped); rows appended meanwhile stay."""
+        for column in self.columns().values():
+            del column[:n]
+
     def __len__(self) -> int:
         return len(self.t_ns)
 

@@ -1,0 +1,63 @@
+"""The worker's event-loop thread reads at real-time priority, and the threads Ray demotes are raised, so
+neither Ray's processes nor a starved GIL holder delay reads on a shared core (see worker._raise_priority)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pytest
+
+from loadgen.worker import LOOP_RT_PRIORITY, WORKER_NICE, _raise_priority
+
+
+def _can_use_real_time() -> bool:
+    result: list[bool] = []
+
+    def probe() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(1))
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return result[0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _can_use_real_time(),
+                    reason="needs Linux and CAP_SYS_NICE (root)")
+def test_loop_thread_is_fifo_its_new_threads_are_normal_and_demoted_threads_are_raised():
+    seen: dict[str, int] = {}
+    demoted, finish = threading.Event(), threading.Event()
+
+    def ray_thread() -> None:  # Ray starts a worker's threads at nice 15
+        os.setpriority(os.PRIO_PROCESS, 0, 15)
+        seen["demoted"] = threading.get_native_id()
+        demoted.set()
+        finish.wait(10)
+
+    def loop_thread() -> None:
+        demoted.wait(10)
+        _raise_priority()
+        seen["policy"] = os.sched_getscheduler(0)
+        seen["priority"] = os.sched_getparam(0).sched_priority
+        child = threading.Thread(target=lambda: seen.update(child=os.sched_getscheduler(0)))
+        child.start()
+        child.join()
+        seen["demoted_nice"] = os.getpriority(os.PRIO_PROCESS, seen["demoted"])
+
+    other = threading.Thread(target=ray_thread)
+    other.start()
+    loop = threading.Thread(target=loop_thread)
+    loop.start()
+    loop.join()
+    finish.set()
+    other.join()
+    assert seen["policy"] & ~os.SCHED_RESET_ON_FORK == os.SCHED_FIFO and seen["priority"] == LOOP_RT_PRIORITY
+    assert seen["policy"] & os.SCHED_RESET_ON_FORK      # so a thread it starts is not real-time by accident
+    assert seen["child"] == os.SCHED_OTHER
+    assert seen["demoted_nice"] == WORKER_NICE
