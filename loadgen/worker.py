@@ -4,7 +4,7 @@ Closed loop: the worker keeps exactly `concurrency` requests in flight from the 
 says stop, so the load stays at C through the drain while the measured requests finish. Open loop
 (`StepSpec.arrivals`): each request is sent at its planned arrival time whatever is in flight, up to an in-flight
 cap, through the drain too; the measured requests are those planned inside the window. Rows go to the sink
-as Arrow batches about once a second; a watchdog cuts stalled streams; a sampler records the worker's own
+as Arrow batches ten times a second; a watchdog cuts stalled streams; a sampler records the worker's own
 event-loop lag, CPU and in-flight count (`client_samples`), the proof that the client kept up.
 """
 
