@@ -94,8 +94,10 @@ async def stream(request: web.Request, req: EmuRequest, engine: Engine, fmt: For
 async def _apply(request: web.Request, resp: web.StreamResponse, req: EmuRequest, engine: Engine,
                  fmt: Formatter, fault) -> None:
     """Apply the fault due before token frame k. Raises _Stop when the fault ends the stream."""
-    fault.applied = True
     kind = fault.type
+    if kind == "abort" and req.done:  # finished before frame k went out (a slow stream task): SGLang can no
+        return                        # longer abort it, so the fault is not applied and the stream goes on
+    fault.applied = True
     if kind in ("stall", "slow_first_token"):
         await asyncio.sleep(fault.info["ms"] / 1e3)
         return
