@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import time
@@ -9,7 +10,10 @@ import time
 import orjson
 
 from httpcalls import request
+from loadgen.emulator.engine import EmuRequest
+from loadgen.emulator.faults import Fault
 from loadgen.emulator.launch import EmulatorThread
+from loadgen.emulator.streaming import _apply
 
 BODY = {"text": "def f():\n    pass\n", "stream": True, "sampling_params": {"max_new_tokens": 60, "ignore_eos": True}}
 
@@ -166,3 +170,15 @@ def test_fault_is_null_without_fault_flags_and_when_spared():
     with EmulatorThread(["--hardware", "zero", "--fault-abort", "--fault-rate", "0"]) as emu:
         body, complete = dechunk(raw_stream(emu.port)[0])
         assert truth(emu.port)["fault"] is None and complete and body.endswith(b"data: [DONE]\n\n")
+
+
+def test_a_fault_due_after_the_request_finished_does_not_claim_an_abort_or_a_cut():
+    """A slow stream task can reach frame K after the engine finished the request. SGLang cannot abort it then,
+    and the ground truth must not say 'aborted' (or 'cut without a finish frame') for a stream that ends
+    normally: the fault stays unapplied, and the stream goes on (a no_done then drops only [DONE])."""
+    for kind in ("abort", "no_done"):
+        req = EmuRequest("id", "rid", "code", "/generate", 5, 8, True, 1)
+        req.finish_reason = {"type": "length", "length": 8}
+        fault = Fault(kind, 3)
+        asyncio.run(_apply(None, None, req, None, None, fault))  # nothing of the connection is touched
+        assert not fault.applied and req.finish_reason["type"] == "length"

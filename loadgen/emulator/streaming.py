@@ -95,8 +95,11 @@ async def _apply(request: web.Request, resp: web.StreamResponse, req: EmuRequest
                  fmt: Formatter, fault) -> None:
     """Apply the fault due before token frame k. Raises _Stop when the fault ends the stream."""
     kind = fault.type
-    if kind == "abort" and req.done:  # finished before frame k went out (a slow stream task): SGLang can no
-        return                        # longer abort it, so the fault is not applied and the stream goes on
+    if kind in ("abort", "no_done") and req.done:
+        # Finished before frame k went out (a slow stream task): SGLang can no longer abort it, and a body
+        # cut here would hold no finish frame although the log says finished. The stream goes on: an abort
+        # is not applied, a no_done drops only [DONE] (as when k is past the end).
+        return
     fault.applied = True
     if kind in ("stall", "slow_first_token"):
         await asyncio.sleep(fault.info["ms"] / 1e3)
