@@ -181,9 +181,7 @@ class LoadWorker:
         self.run_task = asyncio.create_task(self._run(step))
 
     async def _run(self, step: StepSpec) -> None:
-        delay = (step.t_start_ns - now_ns()) / 1e9
-        if delay > 0:
-            await asyncio.sleep(delay)
+        await _sleep_until(step.t_start_ns)
         if step.arrivals is not None:
             self.slot_tasks = [asyncio.create_task(self._open_loop(step, step.arrivals))]
         else:
@@ -219,9 +217,7 @@ class LoadWorker:
                 if window_open and t_scheduled >= step.t_measure_end_ns:
                     window_open = False
                     self.measure_open -= 1
-                delay = (t_scheduled - now_ns()) / 1e9
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                await _sleep_until(t_scheduled)
                 await slots.acquire()
                 task = asyncio.create_task(self._request(step, k, t_scheduled))
                 task.add_done_callback(lambda _: slots.release())
@@ -467,6 +463,14 @@ def _read_api_key(target: TargetSpec) -> tuple[str | None, str | None]:
 def _version(text: str) -> tuple[int, ...]:
     """'0.5.23' -> (0, 5, 23); unparsable parts count as 0 (a dev build compares as its release)."""
     return tuple(int(re.match(r"\d*", p).group() or 0) for p in str(text).split(".")[:3])
+
+
+async def _sleep_until(t_ns: int) -> None:
+    """Return at `t_ns` or later, never before: uvloop timers count whole milliseconds and can fire up to ~1 ms
+    early, and a request sent before the step's start would count as warm-up (a fixed-count step then had
+    no measured request open and was cut at once, its requests 'cancelled')."""
+    while (delay := (t_ns - now_ns()) / 1e9) > 0:
+        await asyncio.sleep(delay)
 
 
 def _raise_priority() -> None:

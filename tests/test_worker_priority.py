@@ -1,5 +1,6 @@
-"""The worker's event-loop thread reads at real-time priority, and the threads Ray demotes are raised, so
-neither Ray's processes nor a starved GIL holder delay reads on a shared core (see worker._raise_priority)."""
+"""The worker's timing on its event loop: the loop thread reads at real-time priority and the threads Ray
+demotes are raised, so neither Ray's processes nor a starved GIL holder delay reads on a shared core (see
+worker._raise_priority); and a step never starts before its start time."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import sys
 import threading
 
 import pytest
+import uvloop
 
-from loadgen.worker import LOOP_RT_PRIORITY, WORKER_NICE, _raise_priority
+from loadgen.clock import now_ns
+from loadgen.worker import LOOP_RT_PRIORITY, WORKER_NICE, _raise_priority, _sleep_until
 
 
 def _can_use_real_time() -> bool:
@@ -61,3 +64,17 @@ def test_loop_thread_is_fifo_its_new_threads_are_normal_and_demoted_threads_are_
     assert seen["policy"] & os.SCHED_RESET_ON_FORK      # so a thread it starts is not real-time by accident
     assert seen["child"] == os.SCHED_OTHER
     assert seen["demoted_nice"] == WORKER_NICE
+
+
+def test_a_step_never_starts_before_its_start_time_on_uvloop():
+    """uvloop (Ray's loop for async actors) counts timers in whole milliseconds and wakes early; a step that
+    started early sent its first requests as warm-up, and a fixed-count step was then cut at once."""
+    async def main() -> int:
+        early = 0
+        for _ in range(50):
+            t = now_ns() + 1_234_567
+            await _sleep_until(t)
+            early += now_ns() < t
+        return early
+
+    assert uvloop.run(main()) == 0
