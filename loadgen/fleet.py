@@ -21,7 +21,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loadgen import draftcheck
-from loadgen.config import NAME_PATTERN, TargetConfig, check_url, emulator_args, StrictTable
+from loadgen.config import NAME_PATTERN, StrictTable, TargetConfig, check_url, emulator_args
 from loadgen.errors import ConfigError, LoadgenError
 from loadgen.protocol import ADAPTERS
 

@@ -481,8 +481,9 @@ def _raise_priority() -> None:
     at nice 0 preempts (perf sched). So the loop thread becomes SCHED_FIFO at the lowest real-time priority
     (threads it creates revert to normal), and the worker's nice-15 threads get WORKER_NICE. At 256 streams
     x 5 ms (clientbench) frames read together went from 2.6-3.4% to a median of 1.0% (0.06-3.3%, with the
-    VM host's load). The kernel's real-time throttling still leaves 5% of each second to other tasks. Needs root or CAP_SYS_NICE; without it every
-    thread keeps Ray's priority and client_samples (loop lag, read delay) show the cost."""
+    VM host's load). The kernel's real-time throttling still leaves 5% of each second to other tasks. Needs
+    root or CAP_SYS_NICE; without it every thread keeps Ray's priority and client_samples (loop lag, read
+    delay) show the cost."""
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(LOOP_RT_PRIORITY))
     except (AttributeError, OSError):  # not Linux, or not allowed

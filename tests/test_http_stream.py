@@ -250,12 +250,12 @@ def test_a_cut_while_a_huge_request_is_still_being_sent_ends_at_once(frames):
 def test_frames_larger_than_the_receive_buffer_arrive_whole_and_in_order(frames):
     """Every read goes into one reused buffer: a frame spread over many reads, with frames of other streams
     read in between, must come out byte for byte."""
-    big = [b"x" * (300_000 + 7 * n) for n in range(1, 4)]  # each larger than the 256 KiB read buffer
+    payloads = [b'{"text":"%s","meta_info":{"id":"srv","finish_reason":%s,"completion_tokens":%d}}' % (
+        b"x" * (300_000 + 7 * n), b'{"type":"length"}' if n == 3 else b"null", n)
+        for n in range(1, 4)]  # each larger than the 256 KiB read buffer
 
     def respond(conn: socket.socket, index: int) -> bool:
-        frames_out = [chunk(b'{"text":"%s","meta_info":{"id":"srv","finish_reason":%s,"completion_tokens":%d}}' % (
-            text, b'{"type":"length"}' if n == len(big) else b"null", n)) for n, text in enumerate(big, 1)]
-        body = HEAD % b"" + b"".join(frames_out) + END
+        body = HEAD % b"" + b"".join(chunk(p) for p in payloads) + END
         for i in range(0, len(body), 50_000):  # small sends: the client reads many times per frame
             conn.sendall(body[i:i + 50_000])
         return True
@@ -267,8 +267,7 @@ def test_frames_larger_than_the_receive_buffer_arrive_whole_and_in_order(frames)
 
     states = asyncio.run(main())
     assert [s.status for s in states] == ["ok"] * 3
-    expected = [len(b'{"text":"%s","meta_info":{"id":"srv","finish_reason":%s,"completion_tokens":%d}}' % (
-        text, b'{"type":"length"}' if n == len(big) else b"null", n)) for n, text in enumerate(big, 1)]
+    expected = [len(p) for p in payloads]
     for state in states:
         rows = [i for i, rid in enumerate(frames.request_id) if rid == state.request_id]
         assert [frames.bytes[i] for i in rows] == expected and [frames.cum_tokens[i] for i in rows] == [1, 2, 3]
