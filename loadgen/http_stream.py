@@ -2,7 +2,8 @@
 
 Why not aiohttp: a stream reader wakes a coroutine per read and per line; here each TCP read is timestamped
 once, de-chunked by httptools (C), split into SSE events and handed to the adapter inside one reader
-callback, with no coroutine switch per frame.
+callback, with no coroutine switch per frame. The sockets are polled together once per millisecond (see
+`ReadLoop`) instead of waking the event loop for every arriving packet.
 
 Why not an asyncio transport: the time a read is *seen* includes every delay of the client itself (a busy
 event loop, another process on the core). On Linux the socket asks the kernel to stamp each arriving
@@ -18,9 +19,11 @@ requests 256 streams end and restart together, so per-request set-up stalled the
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httptools
@@ -34,25 +37,62 @@ _READ_SIZE = 256 * 1024
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not export it
 _STAMP = struct.Struct("@qq")                              # struct timespec, CLOCK_REALTIME
 _ANCILLARY_SIZE = socket.CMSG_SPACE(_STAMP.size)
+POLL_PERIOD_S = 0.001  # see ReadLoop
+_READABLE = select.EPOLLIN if hasattr(select, "epoll") else select.POLLIN
 KEEP_IDLE_S = 1.0  # far below any server's keep-alive timeout (uvicorn's default is 5 s), so none closes under us
 
 
-class ReadStats:
-    """What every read of one worker shares: the receive buffer, and what the kernel stamps reveal about the
-    client itself (how long data waited in a socket before the worker read it, the worst since the last
-    `take`; large values mean frames got coalesced into one read).
+class ReadLoop:
+    """What every read of one worker shares: one poll set checked every `POLL_PERIOD_S`, the receive buffer,
+    and what the kernel stamps reveal about the client itself (how long data waited in a socket before the
+    worker read it, the worst since the last `take`; large values mean frames got coalesced into one read).
+
+    Why poll: woken by each arriving packet, the event loop switched in 4,000-5,000 times a second at 50k
+    frames/s. Polled once per millisecond, the same reads take a few hundred wake-ups, and the client's CPU
+    per frame fell from 18.2 to 14.7 us at 256 streams x 5 ms (clientbench, 3 paired runs; 15.1 -> 13.3 us in
+    a Ray-free rig). Timing does not suffer: a read is dated by the kernel's stamp of its last segment, not
+    by when it was polled, and a 1 ms poll never puts two frames of one stream in one read, since a server's
+    frames come several ms apart. Where the kernel gives no stamps, a read is dated up to one period late.
 
     One preallocated buffer serves every read: a fresh 256 KiB bytes object per read cost an mmap, mremap
     and munmap on one read in eight (strace). Reads never overlap (one event loop), and httptools copies
     whatever it hands on."""
 
-    __slots__ = ("max_delay_ns", "buffers", "view")
+    __slots__ = ("max_delay_ns", "buffers", "view", "_poll", "_readers", "_timer")
 
     def __init__(self) -> None:
         self.max_delay_ns = 0
         buffer = bytearray(_READ_SIZE)
         self.buffers = [buffer]
         self.view = memoryview(buffer)
+        self._poll = select.epoll() if hasattr(select, "epoll") else select.poll()
+        self._readers: dict[int, Callable[[], None]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add_reader(self, fd: int, reader: Callable[[], None]) -> None:
+        """Call `reader` at the next poll where `fd` has data, EOF or an error, until `remove_reader`."""
+        self._poll.register(fd, _READABLE)
+        self._readers[fd] = reader
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(POLL_PERIOD_S, self._tick)
+
+    def remove_reader(self, fd: int) -> None:
+        if self._readers.pop(fd, None) is not None:
+            self._poll.unregister(fd)
+
+    def _tick(self) -> None:
+        """One poll: every socket with data (or EOF, or an error) gets one read."""
+        loop, readers = asyncio.get_running_loop(), self._readers
+        self._timer = loop.call_later(POLL_PERIOD_S, self._tick) if readers else None
+        for fd, _ in self._poll.poll(0):
+            reader = readers.get(fd)
+            if reader is None:  # removed by an earlier reader of this round
+                continue
+            try:
+                reader()
+            except Exception as exc:  # a bug (readers classify whatever arrives): the other streams go on
+                self.remove_reader(fd)  # its request ends at the stall timeout instead of failing every poll
+                loop.call_exception_handler({"message": f"socket reader of fd {fd} failed", "exception": exc})
 
     def take(self) -> float:
         """The worst read delay in ms since the previous call."""
@@ -132,13 +172,13 @@ def _still_open(sock: socket.socket) -> bool:
 class StreamExchange:
     """Feeds one response into an adapter; resolves `done` when the exchange is over, however it ended."""
 
-    def __init__(self, state: StreamState, adapter: Adapter, request: bytes, stats: ReadStats,
+    def __init__(self, state: StreamState, adapter: Adapter, request: bytes, reads: ReadLoop,
                  endpoint: Endpoint) -> None:
         self.state = state
         self.endpoint = endpoint  # where a cleanly finished connection goes back
         self.adapter = adapter
         self.request = request
-        self.stats = stats
+        self.reads = reads
         self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self.splitter = SseSplitter()
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -163,7 +203,7 @@ class StreamExchange:
             return
         self.state.t_sent_ns = self.t_last_read = now_ns()
         if not self.done.done():
-            asyncio.get_running_loop().add_reader(sock.fileno(), self.on_readable)
+            self.reads.add_reader(sock.fileno(), self.on_readable)
         await self.done
 
     async def _send_rest(self, sock: socket.socket, rest: memoryview) -> bool:
@@ -178,9 +218,9 @@ class StreamExchange:
 
     def on_readable(self) -> None:
         """One TCP read, dated by the kernel's stamp of its last segment."""
-        stats = self.stats
+        reads = self.reads
         try:
-            size, ancillary, _, _ = self.sock.recvmsg_into(stats.buffers, _ANCILLARY_SIZE)  # type: ignore[union-attr]
+            size, ancillary, _, _ = self.sock.recvmsg_into(reads.buffers, _ANCILLARY_SIZE)  # type: ignore[union-attr]
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -192,10 +232,10 @@ class StreamExchange:
             delay = time.time_ns() - seconds * 1_000_000_000 - nanoseconds
             if delay > 0:
                 t -= delay
-                if delay > stats.max_delay_ns:
-                    stats.max_delay_ns = delay
+                if delay > reads.max_delay_ns:
+                    reads.max_delay_ns = delay
         if size:
-            self.data_received(stats.view[:size], t)
+            self.data_received(reads.view[:size], t)
         else:
             self.connection_lost(None)
 
@@ -259,8 +299,7 @@ class StreamExchange:
             self.done.set_result(None)
         sock, self.sock = self.sock, None
         if sock is not None:
-            loop = asyncio.get_running_loop()
-            loop.remove_reader(sock.fileno())
+            self.reads.remove_reader(sock.fileno())
             if reusable:
                 self.endpoint.keep(sock)
             else:
@@ -273,9 +312,9 @@ class StreamExchange:
 
 
 async def stream_request(endpoint: Endpoint, adapter: Adapter, state: StreamState, body: bytes,
-                         registry: dict[str, StreamExchange], stats: ReadStats) -> None:
+                         registry: dict[str, StreamExchange], reads: ReadLoop) -> None:
     """Run one request to its end. `registry` lets the worker's watchdog cut stalled or leftover streams."""
-    exchange = StreamExchange(state, adapter, endpoint.request_bytes(adapter.path, body), stats, endpoint)
+    exchange = StreamExchange(state, adapter, endpoint.request_bytes(adapter.path, body), reads, endpoint)
     registry[state.request_id] = exchange
     try:
         try:

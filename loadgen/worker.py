@@ -25,7 +25,7 @@ from ray.experimental import tqdm_ray
 from loadgen import arrivals, probe, schema
 from loadgen.clock import now_ns
 from loadgen.errors import LoadgenError, TargetError
-from loadgen.http_stream import Endpoint, ReadStats, StreamExchange, stream_request
+from loadgen.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
 from loadgen.prompts import Prompt
 from loadgen.protocol import adapter_for
 from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
@@ -89,7 +89,7 @@ class LoadWorker:
         self.finished: list[StreamState] = []
         self.in_transit: list[tuple[ray.ObjectRef, list[StreamState]]] = []  # requests rows not yet acked
         self.streams: dict[str, StreamExchange] = {}
-        self.read_stats = ReadStats()
+        self.reads = ReadLoop()
         self.process = psutil.Process()
         gc.freeze()  # the prompt pool and Ray's state never become garbage: keep them out of every GC pass
         self.pending_writes: list[ray.ObjectRef] = []
@@ -242,7 +242,7 @@ class LoadWorker:
             self.measure_sent += 1
         try:
             if self.issuing:
-                await stream_request(self.endpoint, self.adapter, state, body, self.streams, self.read_stats)
+                await stream_request(self.endpoint, self.adapter, state, body, self.streams, self.reads)
             else:  # an open-loop arrival whose task first ran after stop_step
                 state.fail("cancelled", "step ended before it was sent")
                 state.close(now_ns())
@@ -356,7 +356,7 @@ class LoadWorker:
             t1 = now_ns()
             rows["t_ns"].append(t1)
             rows["loop_lag_ms"].append(max((t1 - t0) / 1e6 - SAMPLE_PERIOD_S * 1e3, 0.0))
-            rows["read_delay_max_ms"].append(self.read_stats.take())
+            rows["read_delay_max_ms"].append(self.reads.take())
             rows["cpu_percent"].append(self.process.cpu_percent(None))
             rows["in_flight"].append(len(self.streams))
             self._show_progress()

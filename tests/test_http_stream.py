@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from loadgen.http_stream import Endpoint, ReadStats, StreamExchange, stream_request
+from loadgen.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
 from loadgen.prompts import Prompt
 from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
 from loadgen.protocol.sglang_native import SglangNativeAdapter
@@ -93,11 +93,11 @@ def frames() -> Iterator[FrameBuffer]:
     yield FrameBuffer()
 
 
-async def run(endpoint: Endpoint, frames: FrameBuffer, rid: str = "r", stats: ReadStats | None = None,
+async def run(endpoint: Endpoint, frames: FrameBuffer, rid: str = "r", reads: ReadLoop | None = None,
               registry: dict | None = None) -> StreamState:
     adapter, state = SglangNativeAdapter(), StreamState(rid, PROMPT, "measure", 0, frames)
     await stream_request(endpoint, adapter, state, adapter.body(rid, PROMPT, SamplingSpec(2)),
-                         {} if registry is None else registry, stats or ReadStats())
+                         {} if registry is None else registry, reads or ReadLoop())
     return state
 
 
@@ -116,10 +116,10 @@ def test_a_read_is_dated_when_it_arrived_not_when_a_busy_client_got_to_it(frames
         return False
 
     server = Server(respond)
-    stats = ReadStats()
+    reads = ReadLoop()
 
     async def main() -> StreamState:
-        task = asyncio.create_task(run(Endpoint(server.url), frames, "r", stats))
+        task = asyncio.create_task(run(Endpoint(server.url), frames, "r", reads))
         while not server.requests:
             await asyncio.sleep(0.005)
         blocked.set()
@@ -130,8 +130,8 @@ def test_a_read_is_dated_when_it_arrived_not_when_a_busy_client_got_to_it(frames
     assert state.status == "ok" and frames.cum_tokens == [1, 2]
     late_by_ms = (frames.t_ns[0] - sent[0]) / 1e6
     assert -1 < late_by_ms < 5, f"first frame dated {late_by_ms:.1f} ms after it was sent (the loop slept 80 ms)"
-    assert 50 < stats.take() < 100  # the wait is seen as a read delay instead
-    assert stats.take() == 0  # and reset by take()
+    assert 50 < reads.take() < 100  # the wait is seen as a read delay instead
+    assert reads.take() == 0  # and reset by take()
 
 
 def test_requests_of_one_endpoint_share_a_kept_alive_connection(frames):
@@ -235,7 +235,7 @@ def test_a_cut_while_a_huge_request_is_still_being_sent_ends_at_once(frames):
         state, registry = StreamState("big", PROMPT, "measure", 0, frames), {}
         body = adapter.body("big", Prompt("p", "code", "t", text="x" * 8_000_000), SamplingSpec(2))
         task = asyncio.create_task(stream_request(Endpoint(f"http://127.0.0.1:{listener.getsockname()[1]}"),
-                                                  adapter, state, body, registry, ReadStats()))
+                                                  adapter, state, body, registry, ReadLoop()))
         await asyncio.sleep(0.3)
         assert not task.done() and state.t_sent_ns is None  # still sending
         registry["big"].cut("timeout", "stall")
@@ -260,10 +260,10 @@ def test_frames_larger_than_the_receive_buffer_arrive_whole_and_in_order(frames)
             conn.sendall(body[i:i + 50_000])
         return True
 
-    endpoint, stats = Endpoint(Server(respond).url), ReadStats()
+    endpoint, reads = Endpoint(Server(respond).url), ReadLoop()
 
     async def main() -> list[StreamState]:
-        return list(await asyncio.gather(*(run(endpoint, frames, f"r{k}", stats) for k in range(3))))
+        return list(await asyncio.gather(*(run(endpoint, frames, f"r{k}", reads) for k in range(3))))
 
     states = asyncio.run(main())
     assert [s.status for s in states] == ["ok"] * 3
@@ -271,3 +271,37 @@ def test_frames_larger_than_the_receive_buffer_arrive_whole_and_in_order(frames)
     for state in states:
         rows = [i for i, rid in enumerate(frames.request_id) if rid == state.request_id]
         assert [frames.bytes[i] for i in rows] == expected and [frames.cum_tokens[i] for i in rows] == [1, 2, 3]
+
+
+def test_a_reader_that_fails_is_dropped_and_the_other_sockets_are_still_read():
+    """A bug in one stream's reader must not stop the shared poll: the others keep being read, the failure
+    goes to the event loop's exception handler once (not at every poll), and its socket is no longer read."""
+    errors, got, calls = [], [], []
+    (a_in, a_out), (b_in, b_out) = socket.socketpair(), socket.socketpair()
+
+    def broken() -> None:
+        calls.append(1)
+        raise RuntimeError("reader bug")
+
+    def reader() -> None:
+        got.append(b_in.recv(100))
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        reads = ReadLoop()
+        for sock in (a_in, b_in):
+            sock.setblocking(False)
+        reads.add_reader(a_in.fileno(), broken)
+        reads.add_reader(b_in.fileno(), reader)
+        a_out.send(b"x")
+        for k in range(5):
+            b_out.send(b"frame %d" % k)
+            await asyncio.sleep(0.01)
+        reads.remove_reader(b_in.fileno())
+
+    asyncio.run(main())
+    assert got == [b"frame %d" % k for k in range(5)]
+    assert len(calls) == 1 and len(errors) == 1  # a_in still holds its byte: it was not polled again
+    assert isinstance(errors[0]["exception"], RuntimeError)
+    for sock in (a_in, a_out, b_in, b_out):
+        sock.close()
