@@ -28,7 +28,8 @@ def _adhoc(args: argparse.Namespace) -> int:
         "run": {"name": args.name},
         "load": {"concurrency": args.concurrency, "requests": args.requests,
                  "workers_per_target": args.workers, "flush_cache": args.flavor == "sglang",
-                 "stall_timeout_s": args.stall_timeout, "request_timeout_s": args.request_timeout},
+                 "stall_timeout_s": args.stall_timeout, "request_timeout_s": args.request_timeout,
+                 "realtime_priority": args.realtime_priority},
         "prompts": {"max_new_tokens": args.max_tokens, "ignore_eos": True, "seed": args.seed},
         "targets": [{"name": "target", "url": args.url, "flavor": args.flavor}],
     }
@@ -100,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "seconds in total (default 900)")
     p.add_argument("--error-budget", type=float, default=None, help="stop the run when a step has more failed "
                    "requests than this (a count >= 1, or a fraction < 1 of the step's requests; default: never)")
+    p.add_argument("--no-realtime-priority", dest="realtime_priority", action="store_false",
+                   help="keep the workers' reading thread at normal priority (for a client sharing cores with "
+                        "the server under test; see README, The client)")
     p.add_argument("--name", default="adhoc", help="run name (part of the run id)")
     p.add_argument("--results", default="results", help="results folder (default ./results)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")

@@ -58,6 +58,7 @@ class LoadConfig:
     max_measure_s: float = 0.0       # ... but no longer than this (0: measure_s x 5)
     error_budget: float | None = None  # failed requests a step may have: a count (>= 1) or a share (< 1)
     on_worker_death: str = "continue"  # continue | stop: what a run does after a load worker died
+    realtime_priority: bool = True   # workers read at SCHED_FIFO (see worker._raise_priority)
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,8 @@ def _parse_load(t: StrictTable) -> LoadConfig:
         stall_timeout_s=t.positive("stall_timeout_s", 60.0), request_timeout_s=t.positive("request_timeout_s", 900.0),
         workers_per_target=workers, schedule=schedule, flush_cache=t.get("flush_cache", bool, True),
         error_budget=_error_budget(t), on_worker_death=_choice(t, "on_worker_death", ("continue", "stop")),
-        min_measured=t.get("min_measured_requests", int, None), max_measure_s=t.positive("max_measure_s", 0.0, True))
+        min_measured=t.get("min_measured_requests", int, None), max_measure_s=t.positive("max_measure_s", 0.0, True),
+        realtime_priority=t.get("realtime_priority", bool, True))
     t.done()
     if config.min_measured is not None and config.min_measured < 1:
         raise ConfigError("load.min_measured_requests", f"must be >= 1, got {config.min_measured}",

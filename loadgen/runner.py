@@ -228,7 +228,8 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
                 spec = StepSpec(run_id, step.step_id, share if arrival is None else None, t_start, t_ms,
                                 _FOREVER if adaptive else t_me,
                                 load.stall_timeout_s, load.request_timeout_s, sample_server=worker is t.workers[0],
-                                max_requests=quota, arrivals=arrival, stagger=i / len(t.workers))
+                                max_requests=quota, arrivals=arrival, stagger=i / len(t.workers),
+                                realtime_priority=load.realtime_priority)
                 try:
                     ray.get(worker.start_step.remote(spec))
                     active.append(worker)

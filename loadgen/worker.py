@@ -70,6 +70,7 @@ class StepSpec:
     max_requests: int | None = None  # fixed-count step: this worker's quota, all in phase 'measure'
     stagger: float = 0.0             # this worker's phase in [0, 1) of the slot start spacing (its index / W)
     arrivals: arrivals.ArrivalSpec | None = None  # open loop: this worker's arrivals and in-flight cap
+    realtime_priority: bool = True   # the event-loop thread reads at SCHED_FIFO (see _raise_priority)
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=3)  # a crashed worker comes back for the next step
@@ -165,7 +166,7 @@ class LoadWorker:
     # the step
     async def start_step(self, step: StepSpec) -> None:
         """Begin a step at `step.t_start_ns`; returns at once (the driver polls `progress`)."""
-        _raise_priority()  # an async method runs on the event-loop thread, the one to raise
+        _raise_priority(step.realtime_priority)  # an async method runs on the event-loop thread, the one to raise
         if self.options is None and self.target.flavor != "sglang":
             await self.preflight()  # a restarted actor lost the driver's configure()
         self.step = step
@@ -473,7 +474,7 @@ async def _sleep_until(t_ns: int) -> None:
         await asyncio.sleep(delay)
 
 
-def _raise_priority() -> None:
+def _raise_priority(realtime: bool) -> None:
     """Reads are dated by the kernel, but a socket read over 5 ms late holds two frames of a stream, which
     then share one stamp. On a core shared with Ray's own processes (raylet, GCS, dashboard agent, sink) the
     event-loop thread (called from it: Linux priority is per thread) was preempted in 1-7 ms slices even at
@@ -483,10 +484,11 @@ def _raise_priority() -> None:
     x 5 ms (clientbench) frames read together went from 2.6-3.4% to a median of 1.0% (0.06-3.3%, with the
     VM host's load). The kernel's real-time throttling still leaves 5% of each second to other tasks. Needs
     root or CAP_SYS_NICE; without it every thread keeps Ray's priority and client_samples (loop lag, read
-    delay) show the cost."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(LOOP_RT_PRIORITY))
-    except (AttributeError, OSError):  # not Linux, or not allowed
+    delay) show the cost.
+
+    `realtime=False` (load.realtime_priority) leaves the loop thread at WORKER_NICE, for a worker that shares
+    cores with a CPU-bound server it must never preempt."""
+    if not (realtime and _set_fifo()):
         _set_nice(0)
     try:
         threads = [int(tid) for tid in os.listdir("/proc/self/task")]
@@ -498,6 +500,14 @@ def _raise_priority() -> None:
                 _set_nice(tid)  # one Ray started at nice 15 (its task-receiving thread holds the GIL at times)
         except OSError:
             pass  # the thread has exited
+
+
+def _set_fifo() -> bool:
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(LOOP_RT_PRIORITY))
+    except (AttributeError, OSError):  # not Linux, or not allowed
+        return False
+    return True
 
 
 def _set_nice(tid: int) -> None:

@@ -69,6 +69,7 @@ BAD = [
     ("unknown mode", _with("load.mode", "burst"), "load.mode", "unknown mode"),
     ("unknown schedule", _with("load.schedule", "serial"), "load.schedule", "unknown schedule"),
     ("flush not bool", _with("load.flush_cache", "yes"), "load.flush_cache", "must be true or false"),
+    ("realtime not bool", _with("load.realtime_priority", 0), "load.realtime_priority", "must be true or false"),
     ("targets missing", _with("targets", ...), "targets", "required"),
     ("targets empty", _with("targets", []), "targets", "empty"),
     ("target not a table", _with("targets", ["http://x"]), "targets[0]", "must be a table"),
@@ -129,6 +130,8 @@ def test_good_config_and_plan():
     assert [(s.repeat, s.concurrency, s.targets) for s in steps] == [
         (0, 1, ("a", "b")), (0, 2, ("a", "b")), (1, 1, ("a", "b")), (1, 2, ("a", "b"))]
     assert [s.step_id for s in steps] == [0, 1, 2, 3]
+    assert exp.load.realtime_priority  # the default; false only for a client sharing cores with the server
+    assert not parse_experiment(_with("load.realtime_priority", False), REPO).load.realtime_priority
 
 
 def test_one_at_a_time_schedule():

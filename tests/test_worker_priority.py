@@ -31,9 +31,9 @@ def _can_use_real_time() -> bool:
     return result[0]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not _can_use_real_time(),
-                    reason="needs Linux and CAP_SYS_NICE (root)")
-def test_loop_thread_is_fifo_its_new_threads_are_normal_and_demoted_threads_are_raised():
+def _priorities_after_raise(realtime: bool) -> dict[str, int]:
+    """What _raise_priority leaves: on the calling (loop) thread, a thread it then starts, and a thread
+    demoted to nice 15 as Ray does."""
     seen: dict[str, int] = {}
     demoted, finish = threading.Event(), threading.Event()
 
@@ -45,8 +45,9 @@ def test_loop_thread_is_fifo_its_new_threads_are_normal_and_demoted_threads_are_
 
     def loop_thread() -> None:
         demoted.wait(10)
-        _raise_priority()
+        _raise_priority(realtime)
         seen["policy"] = os.sched_getscheduler(0)
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
         seen["priority"] = os.sched_getparam(0).sched_priority
         child = threading.Thread(target=lambda: seen.update(child=os.sched_getscheduler(0)))
         child.start()
@@ -60,9 +61,27 @@ def test_loop_thread_is_fifo_its_new_threads_are_normal_and_demoted_threads_are_
     loop.join()
     finish.set()
     other.join()
+    return seen
+
+
+needs_real_time = pytest.mark.skipif(not sys.platform.startswith("linux") or not _can_use_real_time(),
+                                     reason="needs Linux and CAP_SYS_NICE (root)")
+
+
+@needs_real_time
+def test_loop_thread_is_fifo_its_new_threads_are_normal_and_demoted_threads_are_raised():
+    seen = _priorities_after_raise(realtime=True)
     assert seen["policy"] & ~os.SCHED_RESET_ON_FORK == os.SCHED_FIFO and seen["priority"] == LOOP_RT_PRIORITY
     assert seen["policy"] & os.SCHED_RESET_ON_FORK      # so a thread it starts is not real-time by accident
     assert seen["child"] == os.SCHED_OTHER
+    assert seen["demoted_nice"] == WORKER_NICE
+
+
+@needs_real_time
+def test_without_realtime_priority_the_loop_thread_stays_normal_at_the_worker_nice():
+    """load.realtime_priority = false: for a worker sharing cores with a CPU-bound server."""
+    seen = _priorities_after_raise(realtime=False)
+    assert seen["policy"] == os.SCHED_OTHER and seen["nice"] == WORKER_NICE
     assert seen["demoted_nice"] == WORKER_NICE
 
 
