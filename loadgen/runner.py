@@ -42,8 +42,14 @@ POLL_S = 0.2
 _FOREVER = 1 << 62          # a window that never closes (fixed-count steps: every request is measured)
 
 
-class Stopped(Exception):
-    """The driver was asked to stop (SIGTERM from `ray job stop`, or Ctrl-C)."""
+class Stopped(KeyboardInterrupt):
+    """The driver was asked to stop by SIGTERM (`ray job stop`). A KeyboardInterrupt like Ctrl-C's, because
+    that is the one exception Ray lets out of a blocking `ray.get` as it is: any other exception a signal
+    handler raises there comes out as a SystemError, and the stopped run was recorded as failed. It comes out
+    as a bare KeyboardInterrupt, so the handler also keeps why in `_stop_signal`."""
+
+
+_stop_signal: str | None = None   # why the running experiment was stopped, if a signal did it
 
 
 class StepAborted(Exception):
@@ -79,8 +85,14 @@ class _Target:
 
 
 def _on_sigterm(signum, frame) -> None:
+    global _stop_signal
     signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second SIGTERM must not interrupt the clean-up
-    raise Stopped("received SIGTERM")
+    _stop_signal = "received SIGTERM"
+    raise Stopped(_stop_signal)
+
+
+def _why_stopped(exc: BaseException) -> str:
+    return str(exc) or _stop_signal or "interrupted"
 
 
 def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
@@ -88,6 +100,8 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
     run_id = f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     results = Path(results_dir).resolve()
     check_writable(results)   # a full or read-only folder is refused before any load
+    global _stop_signal
+    _stop_signal = None
     previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     sink = ResultsSink.options(scheduling_strategy=here).remote(str(results), run_id)  # results are local
@@ -121,8 +135,8 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
     except StepAborted as exc:
         status, reason = "incomplete", f"stopped: {exc}"
         log(f"run {run_id} {reason}")
-    except (Stopped, KeyboardInterrupt) as exc:
-        status, reason = "incomplete", f"stopped: {exc or 'interrupted'}"
+    except KeyboardInterrupt as exc:   # Ctrl-C, or Stopped (SIGTERM)
+        status, reason = "incomplete", f"stopped: {_why_stopped(exc)}"
         raise
     except Exception as exc:
         status, reason = "failed", f"{exc.__class__.__name__}: {exc}"
@@ -254,7 +268,7 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
                 ends = _close_windows(by_target, [t.config.name for t in targets], t_me, load, step.concurrency, log)
             t_me = max(ends)
             drain = _wait_for_drain(active, t_me, t_me + int(load.drain_timeout_s * 1e9), load)
-    except (Stopped, KeyboardInterrupt) as exc:   # cut and write what the workers hold, then stop the run
+    except KeyboardInterrupt as exc:   # Ctrl-C or SIGTERM: cut and write what the workers hold, then stop the run
         interrupted, drain = exc, _Drain(False, {})
     cut = "cut: the run was stopped" if interrupted else "cut at the end of the step (drain)"
     counts = _stop_workers(active, drain, cut)
@@ -265,7 +279,7 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     reasons = unavailable + [f"worker {_worker_name(p)} died ({why}): {n} requests recorded as lost"
                              for (p, why), n in zip(drain.dead.values(), lost)]
     if interrupted:
-        reasons.append(f"run stopped ({interrupted or 'interrupted'}); requests in flight were cut")
+        reasons.append(f"run stopped ({_why_stopped(interrupted)}); requests in flight were cut")
     elif drain.budget:
         reasons.append(drain.budget)
     elif not drain.drained and not drain.dead:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
+import duckdb
 import psutil
 import pytest
 
@@ -203,3 +206,64 @@ def test_failing_job_leaves_no_server(cluster, tmp_path):
     status = json.loads(analysis.render(analysis.run_query(analysis.open_results(tmp_path / "results"), "runs"),
                                         "json"))
     assert status[0]["status"] == "failed"
+
+
+STOPPED = """
+[[fleet.configurations]]
+profile = "mtp"
+"""
+
+
+def _stop_job_when(address: str, folder: Path, logged: str, then_s: float) -> tuple[str, duckdb.DuckDBPyConnection]:
+    """Submit a fleet job (2 steps of 30 s), `ray job stop` it `then_s` after its log shows `logged`, wait
+    until no server of ours is left; return the job's log and a connection to its results."""
+    experiment = _write(folder, "stopme", STOPPED)
+    experiment.write_text(experiment.read_text().replace("concurrency = [4]", "concurrency = [4, 8]")
+                          .replace("measure_s = 2.0", "measure_s = 30.0"))
+    job_id = f"loadgen-stop-{uuid.uuid4().hex[:8]}"
+    submitted = subprocess.run(["ray", "job", "submit", "--address", address, "--working-dir", str(REPO),
+                                "--submission-id", job_id, "--no-wait", "--", "python3", "-m", "jobs.fleet",
+                                "--config", str(experiment), "--results", str(folder / "results")],
+                               capture_output=True, text=True, timeout=120)
+    assert submitted.returncode == 0, submitted.stderr
+
+    def job_log() -> str:
+        return subprocess.run(["ray", "job", "logs", "--address", address, job_id], capture_output=True,
+                              text=True, timeout=60).stdout
+
+    deadline = time.monotonic() + 120
+    while logged not in job_log():
+        assert time.monotonic() < deadline, f"{logged!r} never logged:\n{job_log()}"
+        time.sleep(0.5)
+    time.sleep(then_s)
+    stop = subprocess.run(["ray", "job", "stop", "--address", address, job_id], capture_output=True, text=True,
+                          timeout=60)
+    assert stop.returncode == 0, stop.stderr
+    while _our_servers():
+        assert time.monotonic() < deadline + 30, "servers outlived the stopped job"
+        time.sleep(0.5)
+    return job_log(), analysis.open_results(folder / "results")
+
+
+def test_ray_job_stop_mid_step_keeps_what_was_measured_and_leaves_no_server(cluster, tmp_path):
+    """`ray job stop` on a fleet job: SIGTERM to the driver, SIGKILL 3 s later (Ray's default). Within that
+    grace the step that was running is cut and written, the run row says stopped, and every server is gone."""
+    log, con = _stop_job_when(cluster[0], tmp_path, "[step 1/", then_s=4)
+    [(status, reason)] = con.execute("SELECT status, status_reason FROM runs").fetchall()
+    assert status == "incomplete" and "SIGTERM" in reason, log
+    steps = con.execute("SELECT target, status, status_reason FROM steps ORDER BY target").fetchall()
+    assert [(t, s) for t, s, _ in steps] == [(f"spark{i}.mtp", "incomplete") for i in (1, 2, 3)], log
+    assert all("run stopped (received SIGTERM)" in r for *_, r in steps)
+    [(requests, cut, frames)] = con.execute(
+        "SELECT count(*), count(*) FILTER (status = 'cancelled'), sum(num_frames) FROM requests").fetchall()
+    assert requests >= 12 and cut >= 12, log   # 4 streams per node were in flight: each cut and recorded
+    assert con.execute("SELECT count(*) FROM frames").fetchall() == [(frames,)]
+
+
+def test_ray_job_stop_while_servers_start_is_a_stopped_run_not_a_failed_one(cluster, tmp_path):
+    """A stop that lands while the driver waits in `ray.get` (here: servers starting, workers placed). Ray turned
+    the handler's exception into a SystemError there, and the run was recorded as failed."""
+    log, con = _stop_job_when(cluster[0], tmp_path, "run stopme-", then_s=0.5)
+    [(status, reason)] = con.execute("SELECT status, status_reason FROM runs").fetchall()
+    assert (status, reason) == ("incomplete", "stopped: received SIGTERM"), log
+    assert "SystemError" not in log
