@@ -188,6 +188,7 @@ class StreamExchange:
         self.status_code = 0
         self.error_body = b""
         self.complete = False
+        self.t_complete: int | None = None  # the stamp of the read that completed the response
 
     async def run(self, sock: socket.socket) -> None:
         """Send the request on a connected socket, then read until the exchange ends."""
@@ -277,6 +278,7 @@ class StreamExchange:
 
     def on_message_complete(self) -> None:
         self.complete = True
+        self.t_complete = self.t_read
         if self.status_code != 200:
             self._http_error()
         elif self.splitter.pending:
@@ -330,4 +332,4 @@ async def stream_request(endpoint: Endpoint, adapter: Adapter, state: StreamStat
     finally:
         exchange.finish()
         registry.pop(state.request_id, None)
-        state.close(now_ns())
+        state.close(exchange.t_complete or now_ns())  # a complete response ends when its last bytes arrived

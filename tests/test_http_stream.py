@@ -134,6 +134,35 @@ def test_a_read_is_dated_when_it_arrived_not_when_a_busy_client_got_to_it(frames
     assert reads.take() == 0  # and reset by take()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS receive stamps are Linux's")
+def test_a_finished_exchange_is_dated_when_its_last_bytes_arrived(frames):
+    """e2e latency ends at the read that completed the response, not when the (polling, or busy) worker got
+    to it: here the whole response waits ~70 ms in the socket."""
+    blocked, sent = threading.Event(), []
+
+    def respond(conn: socket.socket, index: int) -> bool:
+        blocked.wait(5)
+        time.sleep(0.01)
+        sent.append(time.time_ns())
+        conn.sendall(HEAD % b"" + token_frame(1, False) + token_frame(2, True) + END)
+        return False
+
+    server = Server(respond)
+
+    async def main() -> StreamState:
+        task = asyncio.create_task(run(Endpoint(server.url), frames))
+        while not server.requests:
+            await asyncio.sleep(0.005)
+        blocked.set()
+        time.sleep(0.08)
+        return await task
+
+    state = asyncio.run(main())
+    assert state.status == "ok"
+    late_by_ms = (state.t_done_ns - sent[0]) / 1e6
+    assert -1 < late_by_ms < 5, f"end dated {late_by_ms:.1f} ms after the last bytes were sent (loop slept 80 ms)"
+
+
 def test_requests_of_one_endpoint_share_a_kept_alive_connection(frames):
     server = Server(simple())
 
