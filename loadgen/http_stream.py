@@ -38,7 +38,7 @@ _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does no
 _STAMP = struct.Struct("@qq")                              # struct timespec, CLOCK_REALTIME
 _ANCILLARY_SIZE = socket.CMSG_SPACE(_STAMP.size)
 POLL_PERIOD_S = 0.001  # see ReadLoop
-_READABLE = select.EPOLLIN if hasattr(select, "epoll") else select.POLLIN
+_POLL, _READABLE = (select.epoll, select.EPOLLIN) if hasattr(select, "epoll") else (select.poll, select.POLLIN)
 KEEP_IDLE_S = 1.0  # far below any server's keep-alive timeout (uvicorn's default is 5 s), so none closes under us
 
 
@@ -65,7 +65,7 @@ class ReadLoop:
         buffer = bytearray(_READ_SIZE)
         self.buffers = [buffer]
         self.view = memoryview(buffer)
-        self._poll = select.epoll() if hasattr(select, "epoll") else select.poll()
+        self._poll = _POLL()
         self._readers: dict[int, Callable[[], None]] = {}
         self._timer: asyncio.TimerHandle | None = None
 

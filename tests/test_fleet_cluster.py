@@ -221,10 +221,8 @@ def _stop_job_when(address: str, folder: Path, logged: str, then_s: float) -> tu
     experiment.write_text(experiment.read_text().replace("concurrency = [4]", "concurrency = [4, 8]")
                           .replace("measure_s = 2.0", "measure_s = 30.0"))
     job_id = f"loadgen-stop-{uuid.uuid4().hex[:8]}"
-    submitted = subprocess.run(["ray", "job", "submit", "--address", address, "--working-dir", str(REPO),
-                                "--submission-id", job_id, "--no-wait", "--", "python3", "-m", "jobs.fleet",
-                                "--config", str(experiment), "--results", str(folder / "results")],
-                               capture_output=True, text=True, timeout=120)
+    submitted = submit_job(address, ["python3", "-m", "jobs.fleet", "--config", str(experiment), "--results",
+                                     str(folder / "results")], 120, ("--submission-id", job_id, "--no-wait"))
     assert submitted.returncode == 0, submitted.stderr
 
     def job_log() -> str:

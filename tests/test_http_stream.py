@@ -101,6 +101,21 @@ async def run(endpoint: Endpoint, frames: FrameBuffer, rid: str = "r", reads: Re
     return state
 
 
+def run_while_the_loop_is_blocked(server: Server, blocked: threading.Event, frames: FrameBuffer,
+                                  reads: ReadLoop | None = None) -> StreamState:
+    """One request whose event loop is blocked for 80 ms just after `blocked` lets the server go on sending:
+    what arrives meanwhile waits ~70 ms in the socket."""
+    async def main() -> StreamState:
+        task = asyncio.create_task(run(Endpoint(server.url), frames, "r", reads))
+        while not server.requests:
+            await asyncio.sleep(0.005)
+        blocked.set()
+        time.sleep(0.08)
+        return await task
+
+    return asyncio.run(main())
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS receive stamps are Linux's")
 def test_a_read_is_dated_when_it_arrived_not_when_a_busy_client_got_to_it(frames):
     blocked, sent = threading.Event(), []
@@ -115,18 +130,8 @@ def test_a_read_is_dated_when_it_arrived_not_when_a_busy_client_got_to_it(frames
         conn.sendall(token_frame(2, True) + END)
         return False
 
-    server = Server(respond)
     reads = ReadLoop()
-
-    async def main() -> StreamState:
-        task = asyncio.create_task(run(Endpoint(server.url), frames, "r", reads))
-        while not server.requests:
-            await asyncio.sleep(0.005)
-        blocked.set()
-        time.sleep(0.08)  # the event loop is blocked: the first frame waits ~70 ms in the socket
-        return await task
-
-    state = asyncio.run(main())
+    state = run_while_the_loop_is_blocked(Server(respond), blocked, frames, reads)  # the first frame waits
     assert state.status == "ok" and frames.cum_tokens == [1, 2]
     late_by_ms = (frames.t_ns[0] - sent[0]) / 1e6
     assert -1 < late_by_ms < 5, f"first frame dated {late_by_ms:.1f} ms after it was sent (the loop slept 80 ms)"
@@ -147,17 +152,7 @@ def test_a_finished_exchange_is_dated_when_its_last_bytes_arrived(frames):
         conn.sendall(HEAD % b"" + token_frame(1, False) + token_frame(2, True) + END)
         return False
 
-    server = Server(respond)
-
-    async def main() -> StreamState:
-        task = asyncio.create_task(run(Endpoint(server.url), frames))
-        while not server.requests:
-            await asyncio.sleep(0.005)
-        blocked.set()
-        time.sleep(0.08)
-        return await task
-
-    state = asyncio.run(main())
+    state = run_while_the_loop_is_blocked(Server(respond), blocked, frames)
     assert state.status == "ok"
     late_by_ms = (state.t_done_ns - sent[0]) / 1e6
     assert -1 < late_by_ms < 5, f"end dated {late_by_ms:.1f} ms after the last bytes were sent (loop slept 80 ms)"
