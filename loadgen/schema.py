@@ -92,7 +92,7 @@ REQUESTS = pa.schema([
     ("t_headers_ns", pa.int64()),
     ("t_first_token_ns", pa.int64()),
     ("t_last_token_ns", pa.int64()),
-    ("t_done_ns", pa.int64()),
+    ("t_done_ns", pa.int64()),            # a complete response: the stamp of its last read; else when it was cut
     ("server_e2e_s", pa.float64()),
     ("num_frames", pa.int32()),
     ("status", pa.string()),
