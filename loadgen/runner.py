@@ -335,9 +335,12 @@ def _close_windows(groups: list[list], names: list[str], t_min_end: int, load, c
     while now_ns() < t_min_end:
         time.sleep(min(POLL_S, max((t_min_end - now_ns()) / 1e9, 0.0)))
     while None in ends:
-        t = now_ns()
         for g, workers in enumerate(groups):
-            if ends[g] is None and (t >= t_max_end or sum(_measure_sent(w) for w in workers) >= need):
+            if ends[g] is not None:
+                continue
+            enough = sum(_measure_sent(w) for w in workers) >= need
+            t = now_ns()  # after the counts: a request sent while they were read is counted and stays measured
+            if enough or t >= t_max_end:
                 ends[g] = t
                 for w in workers:
                     w.close_window.remote(t)

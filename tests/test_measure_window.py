@@ -30,3 +30,35 @@ def test_window_extends_until_c_requests_were_sent_in_it(ray_local, emulator_fac
         assert phase == expected, (phase, t, ms, me)
     accept = analysis.run_query(con, "acceptance_by_concurrency").to_pylist()
     assert accept[0]["accept_len"] is not None and accept[0]["ok_requests"] >= 3
+
+
+def test_window_end_is_stamped_after_the_counts_it_was_decided_on(ray_local):
+    """A worker that sends a request while the driver reads its count: that request was counted toward C,
+    so it must stay measured. (The end used to be stamped before the read: CI once saw 2 of 3 measured.)"""
+    import ray
+
+    from loadgen.clock import now_ns
+    from loadgen.runner import _close_windows
+
+    @ray.remote
+    class SendsWhileCounted:
+        """Sends one request each time it is asked for its count, as a busy closed-loop worker may."""
+        def __init__(self) -> None:
+            self.sent_at: list[int] = []
+
+        def measure_sent_count(self) -> int:
+            self.sent_at.append(now_ns())
+            return len(self.sent_at)
+
+        def close_window(self, t_end_ns: int) -> None:  # like LoadWorker: later sends belong to the drain
+            self.sent_at = [t for t in self.sent_at if t < t_end_ns]
+
+        def measured(self) -> int:
+            return len(self.sent_at)
+
+    worker = SendsWhileCounted.remote()
+    load = parse_experiment({"load": {"concurrency": [3], "measure_s": 0.1, "max_measure_s": 60.0},
+                             "targets": [{"name": "t", "url": "http://127.0.0.1:1"}]}, Path(".")).load
+    _close_windows([[worker]], ["t"], now_ns(), load, 3, log=lambda *a: None)
+    assert ray.get(worker.measured.remote()) == 3
+    assert ray.get(worker.measure_sent_count.remote()) == 4  # the window was closed at its 3rd send, not later
