@@ -171,7 +171,7 @@ def test_acceptance_by_kind_matches_truth_per_kind(flavors_run):
                 and row["prompt_kind"] in ("(all)", ours[(row["target"], t["id"])])]
         assert seen, row
         expected = sum(t["completion_tokens"] for t in seen) / sum(t["spec_verify_ct"] for t in seen)
-        assert row["accept_len"] == pytest.approx(expected, abs=5e-4), row
+        assert row["accept_len"] == pytest.approx(expected, abs=5e-4 + 1e-9), row  # see test_end_to_end
         checked += 1
     kinds = {(r["target"], r["prompt_kind"]) for r in table}
     assert {(t, k) for t in truth for k in ("code", "prose", "(all)")} <= kinds and checked == 9
