@@ -293,7 +293,7 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     for t, info, t_window_end in zip(targets, after, ends):
         _write_server_info_samples(sink, run_id, step.step_id, t, info, t_end, "after")
         rows.append(_step_row(exp, run_id, step, t, t_start, t_ms, t_window_end, t_end, status, reason))
-    sink.write.remote("steps", schema.batch_from_rows("steps", rows))
+    sink.write.remote({"steps": schema.batch_from_rows("steps", rows)})
     ray.get(sink.flush.remote())
     total: dict[str, int] = {"lost": sum(lost)} if any(lost) else {}
     for c in counts:
@@ -430,7 +430,7 @@ def _write_lost_rows(sink, run_id: str, step_id: int, dead: dict[int, tuple[dict
         lost = [dict(r, status="lost", error=f"worker {name} died ({why}); last known status: "
                      f"{r['status'] or 'in flight'}") for r in rows if r["request_id"] not in written]
         if lost:
-            sink.write.remote("requests", schema.batch_from_rows("requests", lost))
+            sink.write.remote({"requests": schema.batch_from_rows("requests", lost)})
         counts.append(len(lost))
     return counts
 
@@ -463,7 +463,7 @@ def _write_server_info_samples(sink, run_id: str, step_id: int, t: _Target, info
              "name": name, "value": value, "labels": json.dumps(dict(labels, when=when), sort_keys=True)}
             for name, value, labels in server_info_samples(info)]
     if rows:
-        sink.write.remote("server_samples", schema.batch_from_rows("server_samples", rows))
+        sink.write.remote({"server_samples": schema.batch_from_rows("server_samples", rows)})
 
 
 def _write_run(sink, exp: Experiment, run_id: str, started: int, finished: int | None, status: str,
@@ -476,7 +476,7 @@ def _write_run(sink, exp: Experiment, run_id: str, started: int, finished: int |
                             "ray": ray.__version__, "platform": platform.platform()}),
         "clock_anchor": json.dumps(anchor()),
     }
-    ray.get(sink.write.remote("runs", schema.batch_from_rows("runs", [row])))
+    ray.get(sink.write.remote({"runs": schema.batch_from_rows("runs", [row])}))
 
 
 def _git_commit() -> str | None:

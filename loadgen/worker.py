@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import aiohttp
 import psutil
+import pyarrow as pa
 import ray
 from ray.experimental import tqdm_ray
 
@@ -365,8 +366,7 @@ class LoadWorker:
             if session is not None and tick % 2 == 0:
                 server_rows += await self._server_rows(session, step)
             if tick % 4 == 0:
-                self._write_client_samples(step, rows)
-                self._write_server_samples(step, server_rows)
+                self._write_samples(step, rows, server_rows)
                 rows = {k: [] for k in rows}
                 server_rows = []
 
@@ -388,38 +388,43 @@ class LoadWorker:
             self.bar.update(sum(self.outcomes.values()) - self.bar.n)
 
     # writing
-    def _write_client_samples(self, step: StepSpec, rows: dict[str, list]) -> None:
+    def _write_samples(self, step: StepSpec, rows: dict[str, list], server_rows: list[dict]) -> None:
+        batches = {}
         if rows["t_ns"]:
             constants = {"run_id": step.run_id, "step_id": step.step_id, "worker": self.name,
                          "node": self.target.node, "target_in_flight": step.concurrency}
-            self._send("client_samples", schema.batch_from_columns("client_samples", rows, constants))
-
-    def _write_server_samples(self, step: StepSpec, rows: list[dict]) -> None:
-        if rows:
-            self._send("server_samples", schema.batch_from_rows("server_samples", rows))
+            batches["client_samples"] = schema.batch_from_columns("client_samples", rows, constants)
+        if server_rows:
+            batches["server_samples"] = schema.batch_from_rows("server_samples", server_rows)
+        self._send(batches)
 
     async def _flush(self, step: StepSpec) -> None:
-        """Ship buffered frames and finished requests to the sink (fire and forget, awaited at step end), in
-        pieces, the reads that arrived meanwhile first after each: built and sent at once, a 5,000-row frames
-        batch held the event loop 4-12 ms, and every stream got a frame coalesced. Few large batches even so,
-        because a Ray call costs ~2 ms of CPU (all processes) whatever its size."""
+        """Ship buffered frames and finished requests to the sink in one call (fire and forget, awaited at
+        step end). The frames batch is built in pieces, the reads that arrived meanwhile first after each:
+        built at once, a 5,000-row batch held the event loop 4-12 ms, and every stream got a frame coalesced.
+        Few large calls even so, because a Ray call costs ~2 ms of CPU (all processes) whatever its size."""
         n = len(self.frames)
+        batches = {}
         if n:  # rows stay buffered until sent: a cancelled flusher loses none
             columns = {}
             for name, values in self.frames.columns().items():
                 columns[name] = schema.column("frames", name, values[:n])
                 await asyncio.sleep(0)
             constants = {"run_id": step.run_id, "step_id": step.step_id}
-            self._send("frames", schema.batch_from_columns("frames", columns, constants))
+            batches["frames"] = schema.batch_from_columns("frames", columns, constants)
+        done, self.finished = self.finished, []
+        if done:
+            batches["requests"] = schema.batch_from_rows("requests", [self._row(step, s) for s in done])
+        if batches:
+            self._send(batches)
             self.frames.drop(n)
-            await asyncio.sleep(0)
-        if self.finished:
-            done, self.finished = self.finished, []
-            self._send("requests", schema.batch_from_rows("requests", [self._row(step, s) for s in done]))
+        if done:
             self.in_transit.append((self.pending_writes[-1], done))
 
-    def _send(self, table: str, batch) -> None:
-        self.pending_writes.append(self.sink.write.remote(table, batch))
+    def _send(self, batches: dict[str, pa.RecordBatch]) -> None:
+        if not batches:
+            return
+        self.pending_writes.append(self.sink.write.remote(batches))
         if len(self.pending_writes) >= PRUNE_WRITES:
             self._prune_writes()
 
