@@ -12,8 +12,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 # Call arguments up to this size travel inside the call instead of through the object store. A worker's flush
 # (~370 KB of frames at 50k frames/s) is over Ray's 100 KiB default, and the store's put, the raylet's
-# wait for the argument and the fetch cost ~2 ms of CPU per call more than carrying it inline (paired, 4 x 5 s
-# each). `ray start` takes the same setting from RAY_max_direct_call_object_size (infra/ray-*-fleet.sh).
+# wait for the argument and the fetch cost ~2 ms of CPU per call more than carrying it inline
+# (tests/benchmarks/bench_sink_calls.py: 5.7 vs 3.5 ms a call, whole cluster). `ray start` takes the same
+# setting from RAY_max_direct_call_object_size (infra/ray-*-fleet.sh).
 INLINE_ARGUMENT_BYTES = 4 << 20
 
 
