@@ -415,13 +415,13 @@ class LoadWorker:
         done, self.finished = self.finished, []
         if done:
             batches["requests"] = schema.batch_from_rows("requests", [self._row(step, s) for s in done])
-        if batches:
-            self._send(batches)
-            self.frames.drop(n)
+        self._send(batches)
+        self.frames.drop(n)
         if done:
             self.in_transit.append((self.pending_writes[-1], done))
 
     def _send(self, batches: dict[str, pa.RecordBatch]) -> None:
+        """One sink call for `batches` (none when empty)."""
         if not batches:
             return
         self.pending_writes.append(self.sink.write.remote(batches))
