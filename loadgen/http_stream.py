@@ -241,8 +241,9 @@ class StreamExchange:
             seconds, nanoseconds = _STAMP.unpack_from(ancillary[0][2])
             stamp = seconds * 1_000_000_000 + nanoseconds
             t = stamp - reads.stamp_offset_ns
-            if reads.t_poll_wall_ns - stamp > reads.max_delay_ns:
-                reads.max_delay_ns = reads.t_poll_wall_ns - stamp
+            delay = reads.t_poll_wall_ns - stamp
+            if delay > reads.max_delay_ns:
+                reads.max_delay_ns = delay
         else:
             t = now_ns()
         if size:

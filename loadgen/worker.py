@@ -415,18 +415,21 @@ class LoadWorker:
         done, self.finished = self.finished, []
         if done:
             batches["requests"] = schema.batch_from_rows("requests", [self._row(step, s) for s in done])
-        self._send(batches)
+        sent = self._send(batches)
         self.frames.drop(n)
         if done:
-            self.in_transit.append((self.pending_writes[-1], done))
+            self.in_transit.append((sent, done))
 
-    def _send(self, batches: dict[str, pa.RecordBatch]) -> None:
-        """One sink call for `batches` (none when empty)."""
+    def _send(self, batches: dict[str, pa.RecordBatch]) -> ray.ObjectRef | None:
+        """One sink call for `batches` (none when empty); returns its ref. (Not `pending_writes[-1]`: the
+        prune below may reorder or shorten that list.)"""
         if not batches:
-            return
-        self.pending_writes.append(self.sink.write.remote(batches))
+            return None
+        ref = self.sink.write.remote(batches)
+        self.pending_writes.append(ref)
         if len(self.pending_writes) >= PRUNE_WRITES:
             self._prune_writes()
+        return ref
 
     def _prune_writes(self) -> None:
         """Forget acknowledged writes: a long step would otherwise hold one ref per flush (memory grows with
