@@ -243,7 +243,8 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
                                 _FOREVER if adaptive else t_me,
                                 load.stall_timeout_s, load.request_timeout_s, sample_server=worker is t.workers[0],
                                 max_requests=quota, arrivals=arrival, stagger=i / len(t.workers),
-                                realtime_priority=load.realtime_priority)
+                                realtime_priority=load.realtime_priority,
+                                t_measure_min_end_ns=t_me if adaptive else None)
                 try:
                     ray.get(worker.start_step.remote(spec))
                     active.append(worker)
@@ -355,7 +356,7 @@ def _close_windows(groups: list[list], names: list[str], t_min_end: int, load, c
 def _measure_sent(worker) -> int:
     """Requests a worker sent inside the open window (0 for a dead worker: the drain wait deals with it)."""
     try:
-        return ray.get(worker.measure_sent_count.remote())
+        return ray.get(worker.measure_sent_count.remote(now_ns()))  # the window reaches at least this far
     except ray.exceptions.RayActorError:
         return 0
 

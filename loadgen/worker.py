@@ -72,6 +72,8 @@ class StepSpec:
     stagger: float = 0.0             # this worker's phase in [0, 1) of the slot start spacing (its index / W)
     arrivals: arrivals.ArrivalSpec | None = None  # open loop: this worker's arrivals and in-flight cap
     realtime_priority: bool = True   # the event-loop thread reads at SCHED_FIFO (see _raise_priority)
+    t_measure_min_end_ns: int | None = None  # closed loop: the window lasts at least this long, then the
+    #                                          driver ends it (close_window); None: t_measure_end_ns
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=3)  # a crashed worker comes back for the next step
@@ -105,6 +107,7 @@ class LoadWorker:
         self.measure_open = 0
         self.measure_sent = 0
         self.window_end_ns = 0
+        self.window_open_until_ns = 0  # the window is known to reach at least this far (see _flush)
         self.sent = 0
         self.outcomes: dict[str, int] = {}
         self.session: aiohttp.ClientSession | None = None
@@ -175,6 +178,8 @@ class LoadWorker:
         self.measure_open = 0
         self.measure_sent = 0
         self.window_end_ns = step.t_measure_end_ns
+        self.window_open_until_ns = (step.t_measure_end_ns if step.t_measure_min_end_ns is None
+                                     else step.t_measure_min_end_ns)
         self.sent = 0
         self.outcomes = {}
         level = f"C={step.concurrency}" if step.arrivals is None else f"rate={step.arrivals.rate:g}/s"
@@ -262,6 +267,7 @@ class LoadWorker:
         """The driver ends a closed-loop window (it lasts until enough requests were sent in it): requests
         sent at or after `t_end_ns` belong to the drain, also those this worker sent before hearing it."""
         self.window_end_ns = t_end_ns
+        self.window_open_until_ns = max(self.window_open_until_ns, t_end_ns)
         running = [(p.state, True) for p in self.streams.values()]
         done = [(state, False) for state in self.finished]  # a very short request, row not yet shipped
         for state, in_flight in running + done:
@@ -270,9 +276,11 @@ class LoadWorker:
                 self.measure_sent -= 1
                 self.measure_open -= in_flight
 
-    async def measure_sent_count(self) -> int:
+    async def measure_sent_count(self, t_open_ns: int) -> int:
         """Requests sent inside the open window: the driver's poll while it decides the window's end (cheaper
-        than `progress`, which also builds every unsettled row)."""
+        than `progress`, which also builds every unsettled row). The driver stamps `t_open_ns` before it asks
+        and the end after it has the counts, so the window reaches at least `t_open_ns`."""
+        self.window_open_until_ns = max(self.window_open_until_ns, t_open_ns)
         return self.measure_sent
 
     async def progress(self) -> dict:
@@ -320,6 +328,7 @@ class LoadWorker:
             self.bar.close()
             self.bar = None
         self.endpoint.close_idle()
+        self.window_open_until_ns = self.window_end_ns  # the step is over: every row ships as it stands
         await self._flush(step)
         await asyncio.gather(*self.pending_writes, *self.write_checks)
         self.pending_writes.clear()
@@ -412,13 +421,23 @@ class LoadWorker:
                 await asyncio.sleep(0)
             constants = {"run_id": step.run_id, "step_id": step.step_id}
             batches["frames"] = schema.batch_from_columns("frames", columns, constants)
-        done, self.finished = self.finished, []
+        done, self.finished = self._decided(self.finished)
         if done:
             batches["requests"] = schema.batch_from_rows("requests", [self._row(step, s) for s in done])
         sent = self._send(batches)
         self.frames.drop(n)
         if done:
             self.in_transit.append((sent, done))
+
+    def _decided(self, finished: list[StreamState]) -> tuple[list[StreamState], list[StreamState]]:
+        """(rows to ship, rows to hold): a measured request sent after the point the window is known to reach
+        waits for `close_window`, which may move it to the drain. The driver stamps the end before it tells
+        the workers; shipped at once, a short request sent in between would have kept phase `measure`."""
+        open_until = self.window_open_until_ns
+        ship, hold = [], []
+        for state in finished:
+            (hold if state.phase == "measure" and state.t_scheduled_ns >= open_until else ship).append(state)
+        return ship, hold
 
     def _send(self, batches: dict[str, pa.RecordBatch]) -> ray.ObjectRef | None:
         """One sink call for `batches` (none when empty); returns its ref. (Not `pending_writes[-1]`: the

@@ -46,7 +46,7 @@ def test_window_end_is_stamped_after_the_counts_it_was_decided_on(ray_local):
         def __init__(self) -> None:
             self.sent_at: list[int] = []
 
-        def measure_sent_count(self) -> int:
+        def measure_sent_count(self, t_open_ns: int) -> int:
             self.sent_at.append(now_ns())
             return len(self.sent_at)
 
@@ -61,4 +61,56 @@ def test_window_end_is_stamped_after_the_counts_it_was_decided_on(ray_local):
                              "targets": [{"name": "t", "url": "http://127.0.0.1:1"}]}, Path(".")).load
     _close_windows([[worker]], ["t"], now_ns(), load, 3, log=lambda *a: None)
     assert ray.get(worker.measured.remote()) == 3
-    assert ray.get(worker.measure_sent_count.remote()) == 4  # the window was closed at its 3rd send, not later
+    assert ray.get(worker.measure_sent_count.remote(now_ns())) == 4  # the window was closed at its 3rd send, not later
+
+
+def test_rows_sent_after_the_window_end_are_drain_even_if_flushed_before_close_window_arrives(
+        ray_local, emulator_factory):
+    """The driver stamps the window's end, then tells the workers; meanwhile a worker keeps sending, and a
+    short request may finish and its row be flushed before `close_window` arrives. Such a row must still say
+    `drain`. Here `close_window` arrives a whole second late, with 1-token requests finishing every few ms."""
+    import time
+
+    import ray
+
+    from loadgen.clock import now_ns
+    from loadgen.prompts import Prompt
+    from loadgen.protocol.base import SamplingSpec
+    from loadgen.worker import LoadWorker, StepSpec, TargetSpec
+
+    @ray.remote
+    class RecordingSink:
+        def __init__(self) -> None:
+            self.rows: list[dict] = []
+
+        def write(self, batches) -> None:
+            if "requests" in batches:
+                self.rows += batches["requests"].to_pylist()
+
+        def requests(self) -> list[dict]:
+            return self.rows
+
+    with emulator_factory("--model-path", "m") as url:
+        sink = RecordingSink.remote()
+        worker = LoadWorker.remote("w0", TargetSpec("t", url, "sglang", "n"), [Prompt("p", "code", "t", text="x")],
+                                   SamplingSpec(max_new_tokens=1), sink)
+        ray.get(worker.node_id.remote())  # started: the step's times below are not spent on the actor's start
+        t0 = now_ns()
+        t_ms, t_min_end = t0 + int(0.2e9), t0 + int(0.5e9)
+        step = StepSpec("run-1", 0, 2, t0, t_ms, 1 << 62, 10.0, 10.0, sample_server=False,
+                        t_measure_min_end_ns=t_min_end, realtime_priority=False)
+        ray.get(worker.start_step.remote(step))
+        time.sleep(max(t_min_end - now_ns(), 0) / 1e9 + 0.1)
+        t_open = now_ns()
+        assert ray.get(worker.measure_sent_count.remote(t_open)) >= 2
+        t_end = now_ns()
+        time.sleep(1.0)  # requests go on being sent, finish and get flushed: the end is not known there yet
+        ray.get(worker.close_window.remote(t_end))
+        ray.get(worker.stop_step.remote())
+        rows = ray.get(sink.requests.remote())
+    late = [r for r in rows if r["t_scheduled_ns"] >= t_end]
+    assert len(late) >= 5, "the test needs requests sent between the window's end and close_window"
+    for r in rows:
+        t = r["t_scheduled_ns"]
+        assert r["phase"] == ("warmup" if t < t_ms else "measure" if t < t_end else "drain"), (r["phase"], t, t_end)
+    assert sum(r["phase"] == "measure" for r in rows) >= 2
