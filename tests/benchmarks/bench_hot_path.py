@@ -42,13 +42,13 @@ def response(tokens: int = TOKENS) -> list[bytes]:
 def run_loadgen(chunks: list[bytes], streams: int, per_read: int) -> float:
     """CPU seconds per frame for `streams` responses fed `per_read` chunks at a time."""
     async def main() -> float:
-        adapter, frames, reads = SglangNativeAdapter(), FrameBuffer(), ReadLoop()
+        adapter, frames, read_loop = SglangNativeAdapter(), FrameBuffer(), ReadLoop()
         endpoint = Endpoint("http://127.0.0.1:1")  # never connected: reads are fed in directly
         reads = [b"".join(chunks[i:i + per_read]) for i in range(0, len(chunks), per_read)]
         t0 = time.process_time()
         for n in range(streams):
             state = StreamState(f"r{n}", PROMPT, "measure", 0, frames)
-            proto = StreamExchange(state, adapter, b"", reads, endpoint)
+            proto = StreamExchange(state, adapter, b"", read_loop, endpoint)
             for data in reads:
                 proto.data_received(data, 0)
             if len(frames) > 50_000:
