@@ -7,7 +7,8 @@
 set -euo pipefail
 export CLIENTBENCH_ROOT=${CLIENTBENCH_ROOT:-$HOME/.cache/clientbench}
 PY=$CLIENTBENCH_ROOT/venv-base/bin/python
-CB=$(cd "$(dirname "$0")/../../../shared/clientbench" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+CB=$(cd "$HERE/../../../shared/clientbench" && pwd)
 LG=${LOADGEN:-$(command -v loadgen)}
 WORKERS=${WORKERS:-1}
 cd "$CB"
@@ -24,6 +25,8 @@ run 256 5
 run 64 20
 run 256 20
 R=$CLIENTBENCH_ROOT/runs
+echo "this machine's CPU, on the client's core (the floor under the p99 gap error):"
+taskset -c 1 python3 "$HERE/bench_cpu_jitter.py" 5
 $PY bench.py table "$R"/lg-w"$WORKERS"-{256x5,64x20,256x20} "$R"/base-{256x5,64x20,256x20}
 $PY - "$R" "$WORKERS" <<'PY'
 import json, sys
