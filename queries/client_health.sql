@@ -10,6 +10,11 @@
 --   cpu_p90_percent                    worker process CPU
 --   in_flight_share                    share of samples whose in_flight reached target_in_flight (closed
 --                                      loop: the offered load really was C)
+--   read_together_pct                  of measured ok requests' frames after their first, the share that came
+--                                      out of one read with the previous frame (same timestamp, gap 0: their
+--                                      ITL is merged). The client read late (see read_delay) or the server
+--                                      sent them together; shown, not judged (a bursting server is no fault
+--                                      of the client). NULL without such frames.
 -- verdict: 'unknown: ...' without samples; 'ok' when loop_lag_p99_ms <= max_loop_lag_ms (default 10),
 -- read_delay_p99_ms <= max_read_delay_ms (default 10; NULL without kernel stamps passes),
 -- cpu_p90_percent <= max_cpu_percent (default 90) and in_flight_share >= min_in_flight_share (default 0.95);
@@ -35,6 +40,10 @@ WITH w AS (
     FROM w LEFT JOIN client_samples c
       ON c.run_id = w.run_id AND c.step_id = w.step_id AND c.t_ns >= w.t0 AND c.t_ns < w.t1
     GROUP BY w.run_id, w.step_id
+), together AS (
+    SELECT run_id, step_id, 100 * avg((gap_ns = 0)::int) AS pct
+    FROM measured_frames WHERE gap_ns IS NOT NULL
+    GROUP BY run_id, step_id
 ), checks AS (
     SELECT h.*, concat_ws('; ',
                if(h.lag_p99 > limits.lag_ms, format('loop lag p99 {:.1f} ms > {} ms', h.lag_p99, limits.lag_ms), NULL),
@@ -49,9 +58,10 @@ SELECT w.run_id, w.step_id, w.targets, w.concurrency, w.rate, w."repeat", c.samp
        round(c.lag_p99, 2) AS loop_lag_p99_ms, round(c.lag_max, 2) AS loop_lag_max_ms,
        round(c.read_p99, 2) AS read_delay_p99_ms, round(c.read_max, 2) AS read_delay_max_ms,
        round(c.cpu_p90, 1) AS cpu_p90_percent, round(c.share, 3) AS in_flight_share,
+       round(g.pct, 2) AS read_together_pct,
        CASE WHEN c.samples = 0 THEN 'unknown: no client samples in the window'
             WHEN c.failed = '' THEN 'ok' ELSE 'suspect: ' || c.failed END AS verdict,
        CASE WHEN c.samples = 0 THEN NULL ELSE c.failed <> '' END AS distorted,
        w.emulated
-FROM w JOIN checks c USING (run_id, step_id)
+FROM w JOIN checks c USING (run_id, step_id) LEFT JOIN together g USING (run_id, step_id)
 ORDER BY w.run_id, w.step_id;

@@ -177,8 +177,15 @@ def test_client_health_verdict_per_step(tmp_path):
         r.client_sample("r", 4, t_ms=40_000 + i * 250, read_delay_max_ms=25.0, in_flight=4, target_in_flight=4)
     for i in range(20):                                  # step 5: no kernel stamps on this platform
         r.client_sample("r", 5, t_ms=50_000 + i * 250, read_delay_max_ms=None, in_flight=4, target_in_flight=4)
+    r.request("r", 4, "t", "a", sent_ms=40_000, frames=[(40_100, 1), (40_105, 1), (40_105, 1), (40_110, 1), (40_115, 1)])
+    r.request("r", 4, "t", "b", sent_ms=40_000, frames=[(40_100, 1), (40_200, 1), (40_200, 1), (40_200, 1)])
+    r.request("r", 4, "t", "c", sent_ms=40_000, frames=[(40_100, 1), (40_100, 1)], status="timeout")  # not ok
+    r.request("r", 5, "t", "d", sent_ms=50_000, frames=[(50_100, 1), (50_100.001, 1)])
     rows = {x["step_id"]: x for x in query(r.write(tmp_path), "client_health")}
     assert rows[1]["verdict"] == "ok" and rows[1]["distorted"] is False and rows[1]["in_flight_share"] == 1.0
+    assert rows[1]["read_together_pct"] is None                       # no frames
+    assert rows[4]["read_together_pct"] == round(100 * 3 / 7, 2)      # 3 of 7 gaps are 0 (a: 1 of 4, b: 2 of 3)
+    assert rows[5]["read_together_pct"] == 0.0                        # 1 us apart: two reads
     assert rows[2]["distorted"] is True and rows[2]["in_flight_share"] == 0.5
     assert rows[2]["verdict"] == ("suspect: loop lag p99 50.0 ms > 10 ms; "
                                   "in flight at target in 50% of samples < 95%")
