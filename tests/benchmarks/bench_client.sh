@@ -2,7 +2,8 @@
 # loadgen's worker against the clientbench firehose (../shared/clientbench) at the issue's three points, each next
 # to a baseline run in the same session: the harness's tuned aiohttp client (iter_any + orjson + uvloop).
 # Server on CPU 0, the whole loadgen client (driver, Ray, worker, sink) on CPU 1.
-#   bash tests/benchmarks/bench_client.sh        # prints the harness's table, then loadgen / baseline ratios
+#   bash tests/benchmarks/bench_client.sh        # prints the harness's table, then loadgen / baseline ratios,
+#   and loadgen's own coalescing figure (client_health.read_together_pct) next to the harness's truth
 # Needs the harness's venv-base with duckdb (its README: "loadgen itself").
 set -euo pipefail
 export CLIENTBENCH_ROOT=${CLIENTBENCH_ROOT:-$HOME/.cache/clientbench}
@@ -37,3 +38,13 @@ for point in ("256x5", "64x20", "256x20"):
     ratio = lambda k: f"{lg[k] / base[k]:.3f}" if base[k] else "-"
     print(f"  {point:8s} {ratio('us_per_frame'):>30s} {ratio('gap_err_p99'):>15s} {ratio('coalesced'):>11s}")
 PY
+echo
+echo "coalesced frames, loadgen's own figure (client_health.read_together_pct) vs the harness's truth:"
+for point in 256x5 64x20 256x20; do
+  run="$R/lg-w$WORKERS-$point"
+  "$LG" query client_health --results "$run/results" --format json | $PY -c '
+import json, sys
+own = json.load(sys.stdin)[0]["read_together_pct"]
+truth = 100 * json.load(open(sys.argv[1]))["row"]["coalesced"]
+print(f"  {sys.argv[2]:8s} loadgen {own} %   harness {truth:.2f} %")' "$run/result.json" "$point"
+done
