@@ -58,9 +58,7 @@ async def main() -> None:
         state = StreamState(f"r{n}", Prompt("p", "code", "t", text="x"), "measure", 0, frames)
         exchange = StreamExchange(state, adapter, b"", reads, endpoint)
         exchange.sock = sock
-        # into the poll set directly: ticks are driven below, not by the event loop's timer
-        reads._poll.register(sock.fileno(), 1)
-        reads._readers[sock.fileno()] = exchange.on_readable
+        reads.add_reader(sock.fileno(), exchange.on_readable)  # its timer never fires: nothing awaits below
         exchanges.append(exchange)
     for sock in servers:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
