@@ -1,0 +1,58 @@
+-- confounders: recorded server settings that differ between the baseline and another series of a run,
+-- besides the speculative ones: a comparison is like-for-like only when this returns no rows for it.
+--
+-- From steps.server_info (the JSON of /get_server_info taken before each step: SGLang's server args, e.g.
+-- mem_fraction_static, max_running_requests, chunked_prefill_size, attention_backend, model_path, plus
+-- max_total_num_tokens, the KV pool in tokens, and version). Every leaf of that JSON is a setting, named by
+-- its path ('emulator.time_scale'); a list counts as one value. Not compared, because they differ by design
+-- or describe the instance rather than its configuration:
+--   speculative settings  any key containing 'speculative' or 'draft', and the emulator's algorithm_profile
+--                         and dflash_version
+--   instance identity     host, port, random_seed, the emulator's seed, startup_time
+--   live state            internal_states (acceptance, throughput, memory in use, queue lengths)
+-- A series whose steps recorded several values of a setting (a restarted server) shows them joined by ' | '.
+--   baseline_value / value  the setting's value in each series; '(absent)' when that server did not report it
+--   change_pct              100 * (value / baseline_value - 1) when both are numbers (e.g. a smaller KV pool)
+-- Series without any server_info (non-SGLang servers) are not compared.
+WITH leaves AS (
+    SELECT s.run_id, s.target, s.algorithm, s.draft_tokens,
+           regexp_replace(j.fullkey, '^\$\.', '') AS setting,
+           if(j.type = 'VARCHAR', j.value ->> '$', j.value::VARCHAR) AS value
+    FROM steps s, json_tree(s.server_info) j
+    WHERE s.server_info IS NOT NULL AND j.type <> 'OBJECT' AND NOT j.fullkey LIKE '%]'
+      AND NOT regexp_matches(j.fullkey, '^\$\.(internal_states|host$|port$|random_seed$|startup_time$|emulator\.seed$|emulator\.algorithm_profile$|emulator\.dflash_version$)')
+      AND NOT regexp_matches(j.fullkey, 'speculative|draft')
+), settings AS (
+    SELECT run_id, target, algorithm, draft_tokens, setting, string_agg(DISTINCT value, ' | ' ORDER BY value) AS value
+    FROM leaves
+    GROUP BY ALL
+), pairs AS (
+    SELECT b.run_id, b.target AS baseline_target, b.algorithm AS baseline_algorithm,
+           b.draft_tokens AS baseline_draft_tokens, o.target, o.algorithm, o.draft_tokens
+    FROM baseline_series b
+    JOIN series o ON o.run_id = b.run_id
+     AND NOT (o.target = b.target AND o.algorithm IS NOT DISTINCT FROM b.algorithm
+              AND o.draft_tokens IS NOT DISTINCT FROM b.draft_tokens)
+    WHERE EXISTS (SELECT 1 FROM settings x WHERE x.run_id = b.run_id AND x.target = b.target)
+      AND EXISTS (SELECT 1 FROM settings x WHERE x.run_id = o.run_id AND x.target = o.target)
+), sides AS (   -- each pair's two series, side 'b' (baseline) and 'o'
+    SELECT p.*, 'b' AS side, p.baseline_target AS s_target, p.baseline_algorithm AS s_algorithm,
+           p.baseline_draft_tokens AS s_draft_tokens FROM pairs p
+    UNION ALL
+    SELECT p.*, 'o', p.target, p.algorithm, p.draft_tokens FROM pairs p
+), compared AS (
+    SELECT sides.run_id, baseline_target, baseline_algorithm, sides.target, sides.algorithm, x.setting,
+           any_value(x.value) FILTER (side = 'b') AS baseline_value,
+           any_value(x.value) FILTER (side = 'o') AS value
+    FROM sides
+    JOIN settings x ON x.run_id = sides.run_id AND x.target = s_target
+     AND x.algorithm IS NOT DISTINCT FROM s_algorithm AND x.draft_tokens IS NOT DISTINCT FROM s_draft_tokens
+    GROUP BY sides.run_id, baseline_target, baseline_algorithm, baseline_draft_tokens, sides.target,
+             sides.algorithm, sides.draft_tokens, x.setting
+)
+SELECT run_id, baseline_target, baseline_algorithm, target, algorithm, setting,
+       coalesce(baseline_value, '(absent)') AS baseline_value, coalesce(value, '(absent)') AS value,
+       round(pct_change(try_cast(value AS DOUBLE), try_cast(baseline_value AS DOUBLE)), 1) AS change_pct
+FROM compared
+WHERE baseline_value IS DISTINCT FROM value
+ORDER BY run_id, baseline_target, target, algorithm, setting;
