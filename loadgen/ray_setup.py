@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from secrets import token_hex
 
 import ray
 
-# Keep a single-machine Ray on loopback and without token auth (see README: running locally).
+# Keep a single-machine Ray on loopback. Authentication is left at Ray's own default: a local cluster that
+# ray.init starts uses token auth (README: "Securing a fleet").
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 # Call arguments up to this size travel inside the call instead of through the object store. A worker's flush
 # (~370 KB of frames at 50k frames/s) is over Ray's 100 KiB default, and the store's put, the raylet's
@@ -26,5 +28,26 @@ def connect(address: str | None = None) -> None:
     if address:
         ray.init(address=address, log_to_driver=True)
     else:
+        _private_default_token()
         ray.init(address="local", include_dashboard=False, log_to_driver=True,
                  _system_config={"max_direct_call_object_size": INLINE_ARGUMENT_BYTES})
+
+
+def _private_default_token() -> None:
+    """A new local Ray in token mode (Ray's default) writes a token to ~/.ray/auth_token when none exists, with
+    the process umask (usually readable by everyone). Write that same kind of token first, readable by its owner
+    only. Nothing is done when auth is off or a token is given (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, the file)."""
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token":
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    path = Path.home() / ".ray" / "auth_token"
+    try:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError:
+        return   # an unwritable home: Ray reports what it cannot do itself
+    with os.fdopen(fd, "w") as f:
+        f.write(token_hex(32))   # what ray._private.authentication's generator makes: 256 random bits

@@ -12,7 +12,29 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def _session_ray_token() -> None:
+    """Every Ray the tests start uses token auth, Ray's own default for a local cluster, with a token of this
+    session's (a 0600 file in a 0700 folder, removed at exit) instead of the shared ~/.ray/auth_token.
+    RAY_AUTH_MODE=token is what ray.init sets for the local cluster anyway; set up front, the `ray start`,
+    `ray job submit/logs/stop` subprocesses use it too (a `ray job` client sends the token only in token mode)."""
+    import atexit
+    import secrets
+    import shutil
+    import tempfile
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    folder = tempfile.mkdtemp(prefix="loadgen-ray-auth-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, "token")
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = path
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+
+_session_ray_token()
 
 from loadgen.emulator.launch import EmulatorProcess  # noqa: E402
 from loadgen.ports import free_port  # noqa: E402
