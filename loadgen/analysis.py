@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from loadgen.errors import LoadgenError
 from loadgen.schema import SCHEMA_VERSION
+from loadgen.search import Verdict
 
 QUERIES_DIR = Path(__file__).parents[1] / "queries"
 
@@ -35,6 +36,11 @@ PARAMS: dict[str, str] = {
     "max_cpu_percent": "client_health: p90 worker CPU above this means a saturated client (default 90)",
     "min_in_flight_share": "client_health: share of samples at target in-flight below this fails (default 0.95)",
     "outlier_pct": "fleet_nodes: % off the fleet median that flags a node (default 15)",
+    "slo_ttft_ms": "SLO line: time to first token in ms (default: the run's [slo])",
+    "slo_tpot_ms": "SLO line: time per output token after the first, in ms (default: the run's [slo])",
+    "slo_e2e_s": "SLO line: send to last byte in s (default: the run's [slo])",
+    "slo_attainment": "SLO: share of measured requests that must meet every line (default: the run's, else 0.9)",
+    "slo_max_error_rate": "SLO: share of measured requests that may fail (default: the run's, else 0.01)",
 }
 
 Format = Literal["table", "csv", "json"]
@@ -104,6 +110,19 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] 
         _run(con, f"SET VARIABLE {key} = ?", [value])
     _check_baseline(con)
     return con.sql((QUERIES_DIR / f"{name}.sql").read_text()).to_arrow_table()
+
+
+def level_verdicts(results_dir: str | Path, run_id: str, targets: list[str]) -> dict[str, dict[float, Verdict]]:
+    """Each target's SLO verdict per load level so far (queries/views.sql `level_slo`), for a plan that chooses
+    its next step from finished ones."""
+    con = open_results(results_dir, [run_id])
+    verdicts: dict[str, dict[float, Verdict]] = {t: {} for t in targets}
+    rows = _run(con, "SELECT target, level, verdict = 'pass', clear, steps FROM level_slo "
+                     "WHERE list_contains(?, target) AND verdict IS NOT NULL", [targets])
+    for target, level, passed, clear, steps in rows:
+        verdicts[target][float(level)] = Verdict(passed, clear, steps)
+    con.close()
+    return verdicts
 
 
 def _run(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[tuple]:

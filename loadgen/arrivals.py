@@ -75,8 +75,9 @@ def arrival_times(spec: ArrivalSpec) -> Iterator[tuple[int, float]]:
             yield n, t
 
 
-def parse_open_loop(t: Any, mode: str) -> OpenLoopConfig | None:
-    """The open-loop keys of [load] (`t` is config's table reader); None in closed mode, where they are errors."""
+def parse_open_loop(t: Any, mode: str, searching: bool = False) -> OpenLoopConfig | None:
+    """The open-loop keys of [load] (`t` is config's table reader); None in closed mode, where they are errors.
+    A capacity search chooses its own rates, so `rates` is then left out."""
     if mode != "open":
         for name in _OPEN_KEYS:
             if name in t.data:
@@ -86,8 +87,11 @@ def parse_open_loop(t: Any, mode: str) -> OpenLoopConfig | None:
     if "concurrency" in t.data:
         raise ConfigError("load.concurrency", "open-loop load has rates, not concurrency levels",
                           "remove concurrency and list load.rates (requests/s per target), or use mode = \"closed\"")
-    rates = t.get("rates", list)
-    if not rates:
+    if searching and "rates" in t.data:
+        raise ConfigError("load.rates", "a capacity search chooses its own rates",
+                          "remove rates and bound the search with search_min / search_max")
+    rates = t.get("rates", list, [] if searching else ...)
+    if not rates and not searching:
         raise ConfigError("load.rates", "is empty", "list the rates to sweep in requests/s, e.g. [0.5, 1, 2]")
     for i, r in enumerate(rates):
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:

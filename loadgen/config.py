@@ -17,7 +17,10 @@ from urllib.parse import urlsplit
 from loadgen.arrivals import OpenLoopConfig, parse_open_loop
 from loadgen.errors import ConfigError
 from loadgen.prompts.mix import PromptsConfig, parse_prompts_config
+from loadgen.secrets import flag_ref, is_secret_name
 from loadgen.protocol import ADAPTERS
+from loadgen.search import SearchConfig, parse_search
+from loadgen.slo import Slo, parse_slo
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 EMULATOR_ALGORITHMS = ("NONE", "EAGLE", "EAGLE3", "NEXTN", "DFLASH")
@@ -59,6 +62,8 @@ class LoadConfig:
     error_budget: float | None = None  # failed requests a step may have: a count (>= 1) or a share (< 1)
     on_worker_death: str = "continue"  # continue | stop: what a run does after a load worker died
     realtime_priority: bool = True   # workers read at SCHED_FIFO (see worker._raise_priority)
+    search: SearchConfig | None = None  # search = "capacity": levels chosen from finished steps' SLO verdicts
+    stop_after_slo_failures: int | None = None  # grids: drop a target after this many failed levels in a row
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class Experiment:
     source: str = ""                 # the file it came from, for messages
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
     fleet: Any = None                # loadgen.fleet.Fleet when the file has [fleet] instead of [[targets]]
+    slo: Slo | None = None           # [slo]: what an acceptable experience is; steps pass or fail it
 
 
 class StrictTable:
@@ -138,6 +144,12 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     run.done()
     load = _parse_load(StrictTable(top.get("load", dict, {}), "load"))
     prompts = parse_prompts_config(top.get("prompts", dict, {}), "prompts", base_dir)
+    slo_table = top.get("slo", dict, None)
+    slo = None if slo_table is None else parse_slo(slo_table)
+    if slo is None and (load.search or load.stop_after_slo_failures):
+        key = "load.search" if load.search else "load.stop_after_slo_failures"
+        raise ConfigError(key, "needs an SLO to judge steps by",
+                          "add an [slo] table, e.g. ttft_ms = 2000 and tpot_ms = 100 (or --slo)")
     fleet_table = top.get("fleet", dict, None)
     raw_targets = top.get("targets", list, ... if fleet_table is None else [])
     top.done()
@@ -159,7 +171,7 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     urls = [t.url for t in targets if t.url]
     if len(urls) != len(set(urls)):
         raise ConfigError("targets", "two targets have the same url", "list each server once")
-    return Experiment(name, results, load, prompts, targets, source, data, fleet)
+    return Experiment(name, results, load, prompts, targets, source, data, fleet, slo)
 
 
 def _parse_load(t: StrictTable) -> LoadConfig:
@@ -167,9 +179,10 @@ def _parse_load(t: StrictTable) -> LoadConfig:
     if mode not in ("closed", "open"):
         raise ConfigError("load.mode", f"unknown mode {mode!r}",
                           "use \"closed\" (fixed concurrency) or \"open\" (arrivals at a rate)")
-    open_loop = parse_open_loop(t, mode)
-    levels = t.get("concurrency", list) if open_loop is None else []
-    if not levels and open_loop is None:
+    search = parse_search(t, rates=mode == "open")
+    open_loop = parse_open_loop(t, mode, searching=search is not None)
+    levels = t.get("concurrency", list) if open_loop is None and search is None else []
+    if not levels and open_loop is None and search is None:
         raise ConfigError("load.concurrency", "is empty", "list the levels to sweep, e.g. [1, 2, 4, 8]")
     for i, c in enumerate(levels):
         if not isinstance(c, int) or isinstance(c, bool) or c < 1:
@@ -202,8 +215,12 @@ def _parse_load(t: StrictTable) -> LoadConfig:
         workers_per_target=workers, schedule=schedule, flush_cache=t.get("flush_cache", bool, True),
         error_budget=_error_budget(t), on_worker_death=_choice(t, "on_worker_death", ("continue", "stop")),
         min_measured=t.get("min_measured_requests", int, None), max_measure_s=t.positive("max_measure_s", 0.0, True),
-        realtime_priority=t.get("realtime_priority", bool, True))
+        realtime_priority=t.get("realtime_priority", bool, True), search=search,
+        stop_after_slo_failures=t.get("stop_after_slo_failures", int, None))
     t.done()
+    if config.stop_after_slo_failures is not None and (search or config.stop_after_slo_failures < 1):
+        raise ConfigError("load.stop_after_slo_failures", "must be >= 1, and only applies to a grid of levels",
+                          "e.g. 2: stop a target once it failed the SLO at two levels in a row")
     if config.min_measured is not None and config.min_measured < 1:
         raise ConfigError("load.min_measured_requests", f"must be >= 1, got {config.min_measured}",
                           "or leave it out: at least one request per unit of concurrency")
@@ -237,9 +254,10 @@ def _parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
     name = t.get("name", str)
     if not NAME_PATTERN.match(name):
         raise ConfigError(f"{key}.name", f"{name!r} is not a safe name", "use letters, digits, '.', '_' or '-'")
-    flavor = t.get("flavor", str, "sglang")
-    if flavor not in ADAPTERS:
-        raise ConfigError(f"{key}.flavor", f"unknown flavor {flavor!r}", f"use one of {', '.join(sorted(ADAPTERS))}")
+    flavor = t.get("flavor", str, "auto")  # auto: the worker's preflight identifies the server (loadgen.serverid)
+    if flavor != "auto" and flavor not in ADAPTERS:
+        raise ConfigError(f"{key}.flavor", f"unknown flavor {flavor!r}",
+                          f"use auto or one of {', '.join(sorted(ADAPTERS))}")
     url = t.get("url", str, None)
     emulator = t.get("emulator", dict, None)
     if (url is None) == (emulator is None):
@@ -268,7 +286,7 @@ def _parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
 
 def _openai_options(t: StrictTable, key: str, flavor: str) -> tuple[str | None, bool, bool | None]:
     """model, continuous_usage, spec_details: request options of the openai-* flavours only."""
-    if not flavor.startswith("openai-"):
+    if not flavor.startswith("openai-") and flavor != "auto":
         for name in ("model", "continuous_usage", "spec_details"):
             if name in t.data:
                 raise ConfigError(f"{key}.{name}", f"only applies to openai-* flavors (flavor is {flavor!r})",
@@ -301,7 +319,9 @@ def emulator_args(table: dict, key: str, base_dir: Path) -> tuple[str, ...]:
             raise ConfigError(f"{key}.{flag}", f"unknown algorithm {value!r}", f"use one of {', '.join(EMULATOR_ALGORITHMS)}")
         if flag == "speculative-draft-model-path" and isinstance(value, str):
             value = str((base_dir / value).resolve())
-        if isinstance(value, bool):
+        if is_secret_name(flag):   # api-key = { env = "VAR" } | { file = "path" }; a literal is refused
+            args += [f"--{flag}", flag_ref(value, f"{key}.{flag}", base_dir)]
+        elif isinstance(value, bool):
             if value:
                 args.append(f"--{flag}")
         elif isinstance(value, (int, float, str)):

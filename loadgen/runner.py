@@ -16,22 +16,25 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from loadgen import __version__, schema
+from loadgen import __version__, analysis, schema
 from loadgen.arrivals import ArrivalSpec
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, TargetConfig
 from loadgen.errors import TargetError
 from loadgen.fleet import placement_for
-from loadgen.plan import PlannedStep, plan_steps, split_concurrency
+from loadgen.plan import Judge, PlannedStep, TargetLoad, Verdicts, make_plan, split_concurrency
 from loadgen.probe import server_info_samples
 from loadgen.prompts.mix import PromptMix
 from loadgen.protocol.base import SamplingSpec
+from loadgen.secrets import masked
 from loadgen.servers import ServerProcess
 from loadgen.sink import ResultsSink, check_writable
 from loadgen.worker import LoadWorker, StepSpec, TargetSpec
@@ -75,13 +78,39 @@ class RunResult:
 
 
 @dataclass
+class RunContext:
+    """What every part of a run's driver needs: the experiment, where its rows go, how it reports, and how many
+    steps it has run (the next step's id)."""
+
+    exp: Experiment
+    run_id: str
+    results: Path
+    sink: Any                         # the ResultsSink actor
+    log: Callable[[str], None]
+    steps_run: int = 0
+
+    @property
+    def log_dir(self) -> Path:
+        return self.results / "logs" / f"run_id={self.run_id}"
+
+    def judge(self, targets: tuple[TargetConfig, ...]) -> Judge:
+        """Verdicts of the run's finished steps for these targets, read back with the SQL that reports them
+        (after a flush, so that the files hold every row sent so far)."""
+        names = [t.name for t in targets]
+
+        def judge() -> Verdicts:
+            ray.get(self.sink.flush.remote())
+            return analysis.level_verdicts(self.results, self.run_id, names)
+        return judge
+
+
+@dataclass
 class _Target:
     config: TargetConfig
     index: int
     url: str
     workers: list
     info: dict
-    pinned: list = field(default_factory=list)   # worker constructor args kept alive: Ray restarts from them
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -104,32 +133,35 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
     _stop_signal = None
     previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    sink = ResultsSink.options(scheduling_strategy=here).remote(str(results), run_id)  # results are local
+    # the sink runs on the driver's node: results are written where the job was started
+    sink = ResultsSink.options(name=_sink_name(run_id), scheduling_strategy=here).remote(str(results), run_id)
+    ctx = RunContext(exp, run_id, results, sink, log)
     started = now_ns()
-    _write_run(sink, exp, run_id, started, None, "running", "")
+    _write_run(ctx, started, None, "running", "")
     placement = placement_for(exp.fleet)
     stages = [s.targets for s in exp.fleet.stages] if exp.fleet else [exp.targets]
     status, reason = "failed", "unexpected error"
     try:
         placement.prepare(stages, log)
-        plans, offset = [], 0
-        for stage_targets in stages:   # one server configuration each; servers restart between them
-            steps = [replace(s, step_id=s.step_id + offset) for s in plan_steps(replace(exp, targets=stage_targets))]
-            plans.append((stage_targets, steps))
-            offset += len(steps)
-        log(f"run {run_id}: {offset} steps over {len(exp.targets)} targets in {len(stages)} configurations "
-            f"-> {results}")
+        plans = [(stage_targets, make_plan(exp, stage_targets)) for stage_targets in stages]
+        sizes = [plan.total for _, plan in plans]
+        total = None if None in sizes else sum(s for s in sizes if s is not None)
+        what = f"{total} steps" if total is not None else (
+            "a capacity search" if exp.load.search else "steps until the SLO stops each target")
+        log(f"run {run_id}: {what} over {len(exp.targets)} targets in {len(stages)} configurations -> {results}")
         incomplete = 0
-        for stage_targets, steps in plans:
+        for stage_targets, plan in plans:   # one server configuration each; servers restart between them
             servers: list = []
             targets: list[_Target] = []
             try:
-                targets += _bring_up(exp, stage_targets, placement, run_id, results, sink, servers, log)
-                for step in steps:
-                    if not _run_step(exp, run_id, step, targets, sink, log, offset):
+                targets += _bring_up(ctx, stage_targets, placement, servers)
+                judge = ctx.judge(stage_targets)
+                while (step := plan.next_step(ctx.steps_run, judge)) is not None:
+                    ctx.steps_run += 1
+                    if not _run_step(ctx, step, targets, total):
                         incomplete += 1
             finally:
-                _tear_down(targets, servers, results / "logs" / f"run_id={run_id}")
+                _tear_down(targets, servers, ctx.log_dir)
         status = "complete" if not incomplete else "incomplete"
         reason = "" if not incomplete else f"{incomplete} steps incomplete (see steps.status_reason)"
     except StepAborted as exc:
@@ -143,16 +175,15 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
         raise
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
-        _write_run(sink, exp, run_id, started, now_ns(), status, reason)
+        _write_run(ctx, started, now_ns(), status, reason)
         ray.get(sink.flush.remote())
     return RunResult(run_id, str(results), status, reason)
 
 
-def _bring_up(exp: Experiment, stage_targets: tuple[TargetConfig, ...], placement, run_id: str, results: Path,
-              sink, servers: list, log) -> list[_Target]:
+def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placement, servers: list) -> list[_Target]:
     """Launch the stage's servers on their nodes, create workers where the placement says, and preflight
     every target before any load."""
-    log_dir = results / "logs" / f"run_id={run_id}"
+    exp, log, log_dir = ctx.exp, ctx.log, ctx.log_dir
     urls: dict[str, str] = {}
     launches = {}
     for t in stage_targets:
@@ -178,10 +209,12 @@ def _bring_up(exp: Experiment, stage_targets: tuple[TargetConfig, ...], placemen
         spec = TargetSpec(t.name, urls[t.name], t.flavor, t.node, t.api_key_env, t.api_key_file, t.model,
                           t.continuous_usage, t.spec_details)
         n = exp.load.workers_per_target
-        shards = [ray.put(prompts[i::n]) for i in range(n)]
+        # The shards go by value, inside the creation call (up to ray_setup.INLINE_ARGUMENT_BYTES), and the sink
+        # by name: a worker can restart, and Ray logs an error for a restartable actor with arguments in the
+        # object store (a ray.put ref, an actor handle).
         workers = [LoadWorker.options(**placement.worker_options(t, i)).remote(
-                       f"{t.name}.w{i}", spec, shards[i], sampling, sink) for i in range(n)]
-        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, shards))
+                       f"{t.name}.w{i}", spec, prompts[i::n], sampling, _sink_name(ctx.run_id)) for i in range(n)]
+        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}))
     placement.verify([(t.config, t.workers) for t in targets], dict(zip(launches, servers)), log)
     preflights = ray.get([t.workers[0].preflight.remote() for t in targets])
     for target, (info, options) in zip(targets, preflights):
@@ -189,6 +222,11 @@ def _bring_up(exp: Experiment, stage_targets: tuple[TargetConfig, ...], placemen
         target.info = info
         log(f"target {target.config.name}: {_describe(info)}")
     return targets
+
+
+def _sink_name(run_id: str) -> str:
+    """The results sink's actor name: workers look it up by name (see LoadWorker.__init__)."""
+    return f"loadgen-sink-{run_id}"
 
 
 def _tear_down(targets: list[_Target], servers: list, log_dir: Path) -> None:
@@ -212,10 +250,11 @@ def _tear_down(targets: list[_Target], servers: list, log_dir: Path) -> None:
             dest.write_bytes(data)
 
 
-def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list[_Target], sink, log,
-              total_steps: int) -> bool:
-    load = exp.load
-    targets = [t for t in all_targets if t.config.name in step.targets]
+def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], total_steps: int | None) -> bool:
+    """Run one step (each target at its own level), write its rows; False when it did not complete."""
+    run_id, sink, log, load = ctx.run_id, ctx.sink, ctx.log, ctx.exp.load
+    by_name = {t.config.name: t for t in all_targets}
+    targets = [by_name[name] for name in step.targets]
     if load.flush_cache:
         ray.get([t.workers[0].flush_cache.remote() for t in targets])
     infos = ray.get([t.workers[0].server_info.remote() for t in targets])
@@ -226,18 +265,20 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     t_start = now_ns() + int(START_DELAY_S * 1e9)
     counted = load.requests is not None
     t_ms = t_start if counted else t_start + int(load.warmup_s * 1e9)
-    t_me = _FOREVER if counted else t_ms + int(load.measure_s * 1e9)
-    adaptive = not counted and step.rate is None   # closed loop: the driver closes each target's window
+    measure_s = step.measure_s or load.measure_s
+    t_me = _FOREVER if counted else t_ms + int(measure_s * 1e9)
+    adaptive = not counted and load.open_loop is None   # closed loop: the driver closes each target's window
     active, unavailable = [], []
     by_target: list[list] = [[] for _ in targets]
     sink_incarnation = ray.get(sink.incarnation.remote())
-    for group, t in zip(by_target, targets):
-        shares = split_concurrency(step.concurrency, len(t.workers))
+    for group, t, level in zip(by_target, targets, step.loads):
+        shares = split_concurrency(level.concurrency, len(t.workers))
         quotas = split_concurrency(load.requests, len(t.workers)) if counted else [None] * len(shares)
         for i, (worker, share, quota) in enumerate(zip(t.workers, shares, quotas)):
             if share and quota != 0:
-                arrival = None if step.rate is None else ArrivalSpec(
-                    load.open_loop.arrival, step.rate, load.open_loop.burstiness, load.open_loop.seed, i,
+                open_loop = load.open_loop
+                arrival = None if level.rate is None or open_loop is None else ArrivalSpec(
+                    open_loop.arrival, level.rate, open_loop.burstiness, open_loop.seed, i,
                     len(t.workers), max_in_flight=share)
                 spec = StepSpec(run_id, step.step_id, share if arrival is None else None, t_start, t_ms,
                                 _FOREVER if adaptive else t_me,
@@ -253,10 +294,9 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
                     unavailable.append(f"worker {t.config.name}.w{i} unavailable ({exc.__class__.__name__}): "
                                        f"its {share} streams were not run")
     window = f"{load.requests} requests per target" if counted else (
-        f"warm-up {load.warmup_s:g} s, measure {load.measure_s:g} s")
-    level = f"C={step.concurrency}" if step.rate is None else f"rate={step.rate:g}/s"
-    log(f"[step {step.step_id + 1}/{total_steps}] {level} repeat {step.repeat} "
-        f"targets {','.join(step.targets)}: {window}")
+        f"warm-up {load.warmup_s:g} s, measure {measure_s:g} s")
+    name = f"[step {step.step_id + 1}" + (f"/{total_steps}]" if total_steps is not None else "]")
+    log(f"{name} {_describe_loads(step.loads)} repeat {step.repeat}: {window}")
     interrupted: BaseException | None = None
     ends = [t_me] * len(targets)    # each target's window end
     try:
@@ -266,7 +306,9 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
             drain = _wait_for_drain(active, t_start, now_ns() + int(bound_s * 1e9), load, counted=True)
         else:
             if adaptive:
-                ends = _close_windows(by_target, [t.config.name for t in targets], t_me, load, step.concurrency, log)
+                needs = [load.min_measured or max(level.concurrency, step.min_measured or 0) for level in step.loads]
+                max_s = step.max_measure_s or load.max_measure_s or 5 * load.measure_s
+                ends = _close_windows(by_target, [t.config.name for t in targets], t_me, measure_s, max_s, needs, log)
             t_me = max(ends)
             drain = _wait_for_drain(active, t_me, t_me + int(load.drain_timeout_s * 1e9), load)
     except KeyboardInterrupt as exc:   # Ctrl-C or SIGTERM: cut and write what the workers hold, then stop the run
@@ -291,17 +333,19 @@ def _run_step(exp: Experiment, run_id: str, step: PlannedStep, all_targets: list
     status = "complete" if not reasons else "incomplete"
     reason = "; ".join(reasons)
     rows = []
-    for t, info, t_window_end in zip(targets, after, ends):
+    for t, level, info, t_window_end in zip(targets, step.loads, after, ends):
         _write_server_info_samples(sink, run_id, step.step_id, t, info, t_end, "after")
-        rows.append(_step_row(exp, run_id, step, t, t_start, t_ms, t_window_end, t_end, status, reason))
+        rows.append(_step_row(ctx, step, level, t, (t_start, t_ms, t_window_end, t_end), status, reason))
     sink.write.remote({"steps": schema.batch_from_rows("steps", rows)})
     ray.get(sink.flush.remote())
     total: dict[str, int] = {"lost": sum(lost)} if any(lost) else {}
     for c in counts:
         for k, v in c.items():
             total[k] = total.get(k, 0) + v
-    log(f"[step {step.step_id + 1}/{total_steps}] done in {(t_end - t_start) / 1e9:.1f} s: "
-        + ", ".join(f"{v} {k}" for k, v in sorted(total.items())) + (f" ({reason})" if reason else ""))
+    # `cancelled` requests are the ones cut when the step ended (the drain's by design): not failures
+    words = {"cancelled": "cut at the stop" if interrupted else "cut at step end (drain)"}
+    log(f"{name} done in {(t_end - t_start) / 1e9:.1f} s: "
+        + ", ".join(f"{v} {words.get(k, k)}" for k, v in sorted(total.items())) + (f" ({reason})" if reason else ""))
     if interrupted:
         raise interrupted
     if drain.budget or ((drain.dead or unavailable) and load.on_worker_death == "stop"):
@@ -324,14 +368,13 @@ def _server_info_after(t: _Target, reasons: list[str]) -> dict:
     return t.info
 
 
-def _close_windows(groups: list[list], names: list[str], t_min_end: int, load, concurrency: int,
-                   log) -> list[int]:
-    """End each target's closed-loop window once it is `measure_s` long and `min_measured_requests` (default:
-    C) requests were sent inside it, or at `max_measure_s`: with requests longer than the window, a fixed window
-    could hold no measured request at all. Returns each target's window end."""
-    need = load.min_measured or concurrency
-    t_ms = t_min_end - int(load.measure_s * 1e9)
-    t_max_end = t_ms + int((load.max_measure_s or 5 * load.measure_s) * 1e9)
+def _close_windows(groups: list[list], names: list[str], t_min_end: int, measure_s: float, max_measure_s: float,
+                   needs: list[int], log) -> list[int]:
+    """End each target's closed-loop window once it is `measure_s` long and `needs[g]` requests (default: C;
+    a search asks for enough for a clear call) were sent inside it, or at `max_measure_s`: with requests longer
+    than the window, a fixed window could hold no measured request at all. Returns each target's window end."""
+    t_ms = t_min_end - int(measure_s * 1e9)
+    t_max_end = t_ms + int(max_measure_s * 1e9)
     ends: list[int | None] = [None] * len(groups)
     while now_ns() < t_min_end:
         time.sleep(min(POLL_S, max((t_min_end - now_ns()) / 1e9, 0.0)))
@@ -339,14 +382,14 @@ def _close_windows(groups: list[list], names: list[str], t_min_end: int, load, c
         for g, workers in enumerate(groups):
             if ends[g] is not None:
                 continue
-            enough = sum(_measure_sent(w) for w in workers) >= need
+            enough = sum(_measure_sent(w) for w in workers) >= needs[g]
             t = now_ns()  # after the counts: a request sent while they were read is counted and stays measured
             if enough or t >= t_max_end:
                 ends[g] = t
                 for w in workers:
                     w.close_window.remote(t)
                 if t > t_min_end + POLL_S * 2e9:
-                    log(f"  {names[g]}: window extended to {(t - t_ms) / 1e9:.1f} s to hold {need} measured requests"
+                    log(f"  {names[g]}: window extended to {(t - t_ms) / 1e9:.1f} s to hold {needs[g]} measured requests"
                         + (" (max_measure_s reached)" if t >= t_max_end else ""))
         if None in ends:
             time.sleep(POLL_S)
@@ -441,18 +484,30 @@ def _worker_name(progress: dict) -> str:
     return rows[0].get("worker") or "?"
 
 
-def _step_row(exp: Experiment, run_id: str, step: PlannedStep, t: _Target, t_start: int, t_ms: int, t_me: int,
-              t_end: int, status: str, reason: str) -> dict:
+def _describe_loads(loads: tuple[TargetLoad, ...]) -> str:
+    """`C=8 targets a,b`, or each target's own level when they differ (a search), with why it was chosen."""
+    if len({(load.level, load.probe) for load in loads}) == 1:
+        why = f" ({loads[0].probe})" if loads[0].probe else ""
+        return f"{loads[0].describe()}{why} targets {','.join(load.target for load in loads)}"
+    return "; ".join(f"{load.target} {load.describe()}" + (f" ({load.probe})" if load.probe else "")
+                     for load in loads)
+
+
+def _step_row(ctx: RunContext, step: PlannedStep, level: TargetLoad, t: _Target, times: tuple[int, int, int, int],
+              status: str, reason: str) -> dict:
+    exp, run_id = ctx.exp, ctx.run_id
+    t_start, t_ms, t_me, t_end = times
     info = t.info
     algorithm = info.get("speculative_algorithm") or "NONE"
     return {
         "run_id": run_id, "step_id": step.step_id, "target": t.config.name, "target_index": t.index,
-        "node": t.config.node, "flavor": t.config.flavor, "emulated": bool(info.get("emulated", False)),
+        "node": t.config.node, "flavor": info.get("flavor") or t.config.flavor,  # `auto` as resolved
+        "emulated": bool(info.get("emulated", False)),
         "algorithm": str(algorithm).upper(), "draft_tokens": _int(info.get("speculative_num_draft_tokens")),
         "num_steps": _int(info.get("speculative_num_steps")), "topk": _int(info.get("speculative_eagle_topk")),
         "server_version": str(info.get("version")), "server_info": json.dumps(info, sort_keys=True, default=str),
-        "mode": exp.load.mode, "concurrency": step.concurrency if step.rate is None else None,
-        "rate": step.rate, "repeat": step.repeat,
+        "mode": exp.load.mode, "concurrency": level.concurrency if level.rate is None else None,
+        "rate": level.rate, "repeat": step.repeat, "probe": level.probe,
         "prompt_mix": exp.prompts.describe(), "t_start_ns": t_start, "t_measure_start_ns": t_ms,
         "t_measure_end_ns": t_me, "t_end_ns": t_end, "status": status, "status_reason": reason,
     }
@@ -467,17 +522,17 @@ def _write_server_info_samples(sink, run_id: str, step_id: int, t: _Target, info
         sink.write.remote({"server_samples": schema.batch_from_rows("server_samples", rows)})
 
 
-def _write_run(sink, exp: Experiment, run_id: str, started: int, finished: int | None, status: str,
-               reason: str) -> None:
+def _write_run(ctx: RunContext, started: int, finished: int | None, status: str, reason: str) -> None:
+    exp, run_id = ctx.exp, ctx.run_id
     row = {
         "run_id": run_id, "name": exp.name, "started_at_ns": started, "finished_at_ns": finished,
-        "status": status, "status_reason": reason, "config": json.dumps(exp.raw, sort_keys=True, default=str),
+        "status": status, "status_reason": reason, "config": json.dumps(masked(exp.raw), sort_keys=True, default=str),
         "loadgen_version": __version__, "schema_version": schema.SCHEMA_VERSION, "git_commit": _git_commit(),
         "host": json.dumps({"hostname": socket.gethostname(), "python": platform.python_version(),
                             "ray": ray.__version__, "platform": platform.platform()}),
-        "clock_anchor": json.dumps(anchor()),
+        "clock_anchor": json.dumps(anchor()), "slo": exp.slo.to_json() if exp.slo else None,
     }
-    ray.get(sink.write.remote({"runs": schema.batch_from_rows("runs", [row])}))
+    ray.get(ctx.sink.write.remote({"runs": schema.batch_from_rows("runs", [row])}))
 
 
 def _git_commit() -> str | None:
@@ -491,6 +546,13 @@ def _git_commit() -> str | None:
 
 def _describe(info: dict) -> str:
     label = " (emulated)" if info.get("emulated") else ""
+    server = info.get("server") or "sglang"
+    if server != "sglang":  # llama.cpp, vLLM, another OpenAI server (loadgen.serverid)
+        name = {"llama.cpp": "llama.cpp", "vllm": "vLLM"}.get(server, "OpenAI-compatible server")
+        spec = info.get("server_speculative") or {}
+        return (f"{name} {info.get('server_version') or 'version unknown'}, flavor {info.get('flavor')}, "
+                f"speculative {json.dumps(spec, sort_keys=True) if spec else 'not reported'}, "
+                f"model {info.get('model')}")
     return (f"SGLang {info.get('version')}{label}, algorithm {info.get('speculative_algorithm') or 'NONE'}, "
             f"draft tokens {info.get('speculative_num_draft_tokens')}, model {info.get('model_path')}")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: client_samples.read_delay_max_ms
+SCHEMA_VERSION = 3  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -40,6 +40,7 @@ RUNS = pa.schema([
     ("git_commit", pa.string()),
     ("host", pa.string()),              # JSON text: hostname, python, ray, cpu count
     ("clock_anchor", pa.string()),      # JSON text: the driver's monotonic/wall anchor
+    ("slo", pa.string()),               # JSON text of the run's [slo] (loadgen.slo.Slo), NULL without one
 ])
 
 STEPS = pa.schema([
@@ -67,6 +68,7 @@ STEPS = pa.schema([
     ("t_end_ns", pa.int64()),
     ("status", pa.string()),            # complete | incomplete | failed
     ("status_reason", pa.string()),
+    ("probe", pa.string()),             # capacity search: why it chose this level; NULL in a grid
 ])
 
 REQUESTS = pa.schema([

@@ -38,11 +38,13 @@ WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), ru
 
 -- A run writes its row twice: status 'running' at the start, the final status at the end (a driver killed
 -- with SIGKILL leaves only the first). The view keeps the newest row of each run.
+-- Schema 3 added runs.slo and steps.probe: NULL in rows of older files.
 CREATE OR REPLACE VIEW runs AS
-FROM results_table('runs')
+FROM (FROM results_table('runs', by_name := true) UNION ALL BY NAME SELECT NULL::VARCHAR AS slo WHERE false)
 QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at_ns DESC NULLS LAST) = 1;
 
-CREATE OR REPLACE VIEW steps AS FROM results_table('steps');
+CREATE OR REPLACE VIEW steps AS
+FROM results_table('steps', by_name := true) UNION ALL BY NAME SELECT NULL::VARCHAR AS probe WHERE false;
 
 CREATE OR REPLACE VIEW requests AS FROM results_table('requests');
 
@@ -59,7 +61,8 @@ UNION ALL BY NAME SELECT NULL::DOUBLE AS read_delay_max_ms WHERE false;
 CREATE OR REPLACE VIEW step_info AS
 SELECT run_id, step_id, target, target_index, node, emulated, algorithm, draft_tokens, mode, concurrency,
        rate, "repeat", status AS step_status, t_measure_start_ns, t_measure_end_ns,
-       (t_measure_end_ns - t_measure_start_ns) / 1e9 AS window_s
+       (t_measure_end_ns - t_measure_start_ns) / 1e9 AS window_s,
+       coalesce(rate, concurrency) AS level, probe, (t_end_ns - t_start_ns) / 1e9 AS step_s
 FROM steps;
 
 -- Series of a run, ranked by first appearance (lowest target_index, then first step): rank 1 is the default
@@ -144,30 +147,61 @@ WHERE name = 'avg_spec_accept_length' AND json_extract_string(labels, '$.when') 
 GROUP BY run_id, step_id, target;
 
 -- Output tokens of frames that arrived inside the step's window, of any request in any phase and status,
--- and of ok requests only. NULL tokens (server never said) are not counted; frames_unknown says how many.
+-- and of ok requests only. A frame's tokens come from one of three methods (token_method):
+--   'server'  the server's own per-frame count (SGLang meta_info, OpenAI continuous usage): exact;
+--   'spread'  the server gave a request's total only (OpenAI usage at the end: llama.cpp, vLLM without
+--             continuous_usage_stats): what its frames did not count is spread evenly over its uncounted frames
+--             (fractional tokens; exact for the whole request, approximate inside a window);
+--   'per_event' neither, but the server is known to stream one token per event (steps.server_info's server
+--             'llama.cpp': one chunk per token, tools/server/server-context.cpp process_token): 1 per frame.
+-- A frame none of these covers stays unknown (NULL): frames_unknown counts them, and tokens is then NULL, not 0.
 CREATE OR REPLACE VIEW window_tokens AS
+WITH per_request AS (
+    SELECT f.run_id, f.request_id, count(*) - count(f.tokens) AS unknown_frames, sum(f.tokens) AS known_tokens
+    FROM frames f GROUP BY f.run_id, f.request_id
+), framed AS (
+    SELECT f.run_id, f.request_id, f.t_ns, r.step_id, r.target, r.status,
+           CASE WHEN f.tokens IS NOT NULL THEN f.tokens::DOUBLE
+                WHEN r.completion_tokens IS NOT NULL
+                    THEN greatest(r.completion_tokens - coalesce(p.known_tokens, 0), 0) / p.unknown_frames
+                WHEN json_extract_string(st.server_info, '$.server') = 'llama.cpp' THEN 1.0
+           END AS tokens,
+           CASE WHEN f.tokens IS NOT NULL THEN 'server'
+                WHEN r.completion_tokens IS NOT NULL THEN 'spread'
+                WHEN json_extract_string(st.server_info, '$.server') = 'llama.cpp' THEN 'per_event'
+           END AS method
+    FROM frames f
+    JOIN requests r USING (run_id, request_id)
+    JOIN per_request p USING (run_id, request_id)
+    JOIN steps st ON st.run_id = r.run_id AND st.step_id = r.step_id AND st.target = r.target
+)
 SELECT s.run_id, s.step_id, s.target,
        count(*) AS frames,
        count(*) - count(f.tokens) AS frames_unknown,
-       sum(f.tokens) AS tokens,
-       coalesce(sum(f.tokens) FILTER (r.status = 'ok'), 0) AS tokens_ok
-FROM frames f
-JOIN requests r USING (run_id, request_id)
-JOIN step_info s ON s.run_id = r.run_id AND s.step_id = r.step_id AND s.target = r.target
+       if(count(*) = count(f.tokens), sum(f.tokens), NULL) AS tokens,
+       if(count(*) FILTER (f.status = 'ok') = count(f.tokens) FILTER (f.status = 'ok'),
+          coalesce(sum(f.tokens) FILTER (f.status = 'ok'), 0), NULL) AS tokens_ok,
+       CASE WHEN count(DISTINCT f.method) = 1 THEN any_value(f.method)
+            WHEN count(DISTINCT f.method) > 1 THEN string_agg(DISTINCT f.method, '+' ORDER BY f.method) END
+           AS token_method
+FROM framed f
+JOIN step_info s ON s.run_id = f.run_id AND s.step_id = f.step_id AND s.target = f.target
 WHERE f.t_ns >= s.t_measure_start_ns AND f.t_ns < s.t_measure_end_ns
 GROUP BY s.run_id, s.step_id, s.target;
 
--- Per-step throughput:
---   tok_s        window tokens (any request, any status) / window_s; NULL when every frame's tokens is unknown
---   tok_s_ok     window tokens of ok requests / window_s
+-- Per-step throughput (token counts by window_tokens' methods; token_method names the one(s) used):
+--   tok_s        window tokens (any request, any status) / window_s; 0 when no frame arrived in the window,
+--                NULL when some frame's tokens cannot be known (frames_unknown_tokens > 0)
+--   tok_s_ok     window tokens of ok requests / window_s; same rule for 0 and NULL
 --   req_s        measured requests that finished ok / window_s
 CREATE OR REPLACE VIEW step_throughput AS
 SELECT s.run_id, s.step_id, s.target, s.window_s,
        coalesce(w.frames, 0) AS window_frames,
        coalesce(w.frames_unknown, 0) AS frames_unknown_tokens,
        if(coalesce(w.frames, 0) = 0, 0, w.tokens) / s.window_s AS tok_s,
-       coalesce(w.tokens_ok, 0) / s.window_s AS tok_s_ok,
-       coalesce(c.n, 0) / s.window_s AS req_s
+       if(coalesce(w.frames, 0) = 0, 0, w.tokens_ok) / s.window_s AS tok_s_ok,
+       coalesce(c.n, 0) / s.window_s AS req_s,
+       w.token_method
 FROM step_info s
 LEFT JOIN window_tokens w USING (run_id, step_id, target)
 LEFT JOIN (SELECT run_id, step_id, target, count(*) AS n FROM measured WHERE status = 'ok'
@@ -255,3 +289,95 @@ CREATE OR REPLACE VIEW fleet_targets AS
 SELECT DISTINCT run_id, target, node,
        if(starts_with(target, node || '.'), substr(target, length(node) + 2), target) AS configuration
 FROM steps;
+
+-- ---- Capacity at an SLO (queries/goodput.sql, capacity.sql, pareto.sql) ----
+--
+-- An SLO is per-request lines (TTFT, TPOT, e2e), the share of measured requests that must meet all of them
+-- (attainment) and the share that may fail (max_error_rate). Each run saves its [slo] in runs.slo; each value
+-- can be overridden with a variable (slo_ttft_ms, slo_tpot_ms, slo_e2e_s, slo_attainment, slo_max_error_rate),
+-- so an old run is judged again against another SLO without running it again.
+CREATE OR REPLACE VIEW run_slo AS
+WITH saved AS (SELECT run_id, slo::JSON AS s FROM runs)
+SELECT run_id,
+       coalesce(getvariable('slo_ttft_ms'), (s->>'ttft_ms')::DOUBLE)::DOUBLE AS ttft_ms,
+       coalesce(getvariable('slo_tpot_ms'), (s->>'tpot_ms')::DOUBLE)::DOUBLE AS tpot_ms,
+       coalesce(getvariable('slo_e2e_s'), (s->>'e2e_s')::DOUBLE)::DOUBLE AS e2e_s,
+       coalesce(getvariable('slo_attainment'), (s->>'attainment')::DOUBLE, 0.9)::DOUBLE AS attainment,
+       coalesce(getvariable('slo_max_error_rate'), (s->>'max_error_rate')::DOUBLE, 0.01)::DOUBLE AS max_error_rate
+FROM saved;
+
+-- The 95% Wilson score interval of a share k/n (z = 1.96; loadgen.slo.WILSON_Z): unlike k/n +- a normal
+-- error it stays inside [0, 1] and is honest at 0/n and n/n, where attainment often sits.
+CREATE OR REPLACE MACRO wilson_low(k, n) AS CASE WHEN n > 0 THEN
+    (k / n + 1.96 ^ 2 / (2 * n) - 1.96 * sqrt((k / n) * (1 - k / n) / n + 1.96 ^ 2 / (4 * n * n))) / (1 + 1.96 ^ 2 / n) END;
+CREATE OR REPLACE MACRO wilson_high(k, n) AS CASE WHEN n > 0 THEN
+    (k / n + 1.96 ^ 2 / (2 * n) + 1.96 * sqrt((k / n) * (1 - k / n) / n + 1.96 ^ 2 / (4 * n * n))) / (1 + 1.96 ^ 2 / n) END;
+
+-- The call of an SLO on `met` of `measured` requests with `failed` failures: NULL without an SLO line; 'pass'
+-- when attainment (met / measured) reaches the SLO's and the error rate stays at or below its ceiling.
+-- clear: the attainment interval lies wholly on the side of the call (the error ceiling is judged on its point
+-- value: a 1% ceiling could never be cleared by an interval on a few dozen requests). A step that measured no
+-- request at all is a clear fail.
+CREATE OR REPLACE MACRO slo_verdict(has_slo, met, measured, failed, attainment, max_error_rate) AS
+    CASE WHEN NOT has_slo THEN NULL
+         WHEN measured > 0 AND met / measured >= attainment AND failed / measured <= max_error_rate THEN 'pass'
+         ELSE 'fail' END;
+CREATE OR REPLACE MACRO slo_clear(verdict, met, measured, attainment) AS
+    CASE WHEN verdict = 'pass' THEN wilson_low(met, measured) >= attainment
+         WHEN verdict = 'fail' THEN coalesce(wilson_high(met, measured) < attainment
+                                             OR met / measured >= attainment, true) END;
+
+-- Per step: every measured request (phase 'measure', any status) is judged. It meets the SLO when it finished
+-- ok and its TTFT, TPOT and e2e are each at or under their line (a line not set, or a TPOT undefined for a
+-- 1-token answer, is met). failed = status other than ok and cancelled (a request cut at the step's end is
+-- not an error, but it did not meet the SLO). worst_line: the line that ok requests missed most.
+CREATE OR REPLACE VIEW step_slo AS
+WITH judged AS (
+    SELECT m.run_id, m.step_id, m.target, m.status, m.completion_tokens,
+           m.status = 'ok' AND m.ttft_ms > o.ttft_ms AS ttft_missed,
+           m.status = 'ok' AND m.tpot_ms > o.tpot_ms AS tpot_missed,
+           m.status = 'ok' AND m.e2e_ms > 1000 * o.e2e_s AS e2e_missed
+    FROM measured m JOIN run_slo o USING (run_id)
+), counts AS (
+    SELECT run_id, step_id, target,
+           count(*) AS measured,
+           count(*) FILTER (status = 'ok') AS ok,
+           count(*) FILTER (status NOT IN ('ok', 'cancelled')) AS failed,
+           count(*) FILTER (status = 'ok' AND NOT coalesce(ttft_missed OR tpot_missed OR e2e_missed, false)) AS met,
+           coalesce(sum(completion_tokens) FILTER (status = 'ok' AND NOT coalesce(
+               ttft_missed OR tpot_missed OR e2e_missed, false)), 0) AS met_tokens,
+           count(*) FILTER (ttft_missed) AS ttft_missed,
+           count(*) FILTER (tpot_missed) AS tpot_missed,
+           count(*) FILTER (e2e_missed) AS e2e_missed
+    FROM judged GROUP BY run_id, step_id, target
+)
+SELECT s.run_id, s.step_id, s.target, s.level, s.window_s, s.step_s,
+       coalesce(c.measured, 0) AS measured, coalesce(c.ok, 0) AS ok, coalesce(c.failed, 0) AS failed,
+       coalesce(c.met, 0) AS met, coalesce(c.met_tokens, 0) AS met_tokens,
+       c.ttft_missed, c.tpot_missed, c.e2e_missed,
+       CASE WHEN greatest(c.ttft_missed, c.tpot_missed, c.e2e_missed) > 0 THEN
+            CASE greatest(c.ttft_missed, c.tpot_missed, c.e2e_missed)
+                 WHEN c.ttft_missed THEN 'ttft' WHEN c.tpot_missed THEN 'tpot' ELSE 'e2e' END END AS worst_line,
+       o.ttft_ms IS NOT NULL OR o.tpot_ms IS NOT NULL OR o.e2e_s IS NOT NULL AS has_slo,
+       o.attainment AS slo_attainment, o.max_error_rate AS slo_max_error_rate
+FROM step_info s
+JOIN run_slo o USING (run_id)
+LEFT JOIN counts c USING (run_id, step_id, target);
+
+-- Per series and load level, pooled over the level's runs (a search runs a level again while its call is
+-- unclear; a grid has repeats): the verdict a plan acts on and capacity.sql reads.
+CREATE OR REPLACE VIEW level_slo AS
+WITH pooled AS (
+    SELECT g.run_id, g.target, s.node, s.algorithm, s.draft_tokens, s.mode, s.concurrency, s.rate, g.level,
+           count(*) AS steps, sum(g.step_s) AS step_s,
+           sum(g.measured) AS measured, sum(g.failed) AS failed, sum(g.met) AS met,
+           any_value(g.has_slo) AS has_slo, any_value(g.slo_attainment) AS slo_attainment,
+           any_value(g.slo_max_error_rate) AS slo_max_error_rate, bool_or(s.emulated) AS emulated
+    FROM step_slo g JOIN step_info s USING (run_id, step_id, target)
+    GROUP BY ALL
+)
+SELECT *, met / nullif(measured, 0) AS attainment, failed / nullif(measured, 0) AS error_rate,
+       slo_verdict(has_slo, met, measured, failed, slo_attainment, slo_max_error_rate) AS verdict,
+       slo_clear(slo_verdict(has_slo, met, measured, failed, slo_attainment, slo_max_error_rate), met, measured,
+                 slo_attainment) AS clear
+FROM pooled;

@@ -12,7 +12,7 @@ import pytest
 from loadgen.arrivals import ArrivalSpec, arrival_times
 from loadgen.config import parse_experiment
 from loadgen.errors import ConfigError
-from loadgen.plan import plan_steps
+from loadgen.plan import grid_steps
 
 N = 100_000   # gaps per schedule
 Z = 5.0       # tolerance in standard errors: a correct generator fails about once in 3.5 million runs
@@ -86,8 +86,8 @@ def test_open_loop_config_and_plan():
                                  "max_in_flight": 64, "repeats": 2}), Path("."))
     o = exp.load.open_loop
     assert (o.rates, o.arrival, o.burstiness, o.max_in_flight) == ((0.5, 2.0), "gamma", 0.5, 64)
-    steps = plan_steps(exp)
-    assert [(s.rate, s.concurrency, s.repeat) for s in steps] == [(0.5, 64, 0), (2.0, 64, 0), (0.5, 64, 1),
+    steps = grid_steps(exp, exp.targets)
+    assert [(s.loads[0].rate, s.loads[0].concurrency, s.repeat) for s in steps] == [(0.5, 64, 0), (2.0, 64, 0), (0.5, 64, 1),
                                                                    (2.0, 64, 1)]
     assert parse_experiment(_exp({"concurrency": [1]}), Path(".")).load.open_loop is None
 

@@ -9,7 +9,7 @@ import pytest
 
 from loadgen.config import load_experiment, parse_experiment
 from loadgen.errors import ConfigError
-from loadgen.plan import plan_steps, split_concurrency
+from loadgen.plan import grid_steps, split_concurrency
 
 REPO = Path(__file__).parents[1]
 GOOD = {
@@ -126,8 +126,8 @@ def test_good_config_and_plan():
     assert exp.targets[0].url == "http://127.0.0.1:30000" and exp.targets[1].url is None
     assert exp.targets[1].emulator_args == ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
                                             "--model-path", "emulated/qwen3.8-27b-nvfp4")
-    steps = plan_steps(exp)
-    assert [(s.repeat, s.concurrency, s.targets) for s in steps] == [
+    steps = grid_steps(exp, exp.targets)
+    assert [(s.repeat, s.loads[0].concurrency, s.targets) for s in steps] == [
         (0, 1, ("a", "b")), (0, 2, ("a", "b")), (1, 1, ("a", "b")), (1, 2, ("a", "b"))]
     assert [s.step_id for s in steps] == [0, 1, 2, 3]
     assert exp.load.realtime_priority  # the default; false only for a client sharing cores with the server
@@ -135,8 +135,9 @@ def test_good_config_and_plan():
 
 
 def test_one_at_a_time_schedule():
-    steps = plan_steps(parse_experiment(_with("load.schedule", "one_at_a_time"), REPO))
-    assert [(s.concurrency, s.targets) for s in steps] == [(1, ("a",)), (1, ("b",)), (2, ("a",)), (2, ("b",))]
+    exp = parse_experiment(_with("load.schedule", "one_at_a_time"), REPO)
+    steps = grid_steps(exp, exp.targets)
+    assert [(s.loads[0].concurrency, s.targets) for s in steps] == [(1, ("a",)), (1, ("b",)), (2, ("a",)), (2, ("b",))]
 
 
 @pytest.mark.parametrize("total,workers", [(1, 1), (1, 3), (7, 3), (32, 4), (5, 5)])

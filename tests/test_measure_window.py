@@ -57,9 +57,7 @@ def test_window_end_is_stamped_after_the_counts_it_was_decided_on(ray_local):
             return len(self.sent_at)
 
     worker = SendsWhileCounted.remote()
-    load = parse_experiment({"load": {"concurrency": [3], "measure_s": 0.1, "max_measure_s": 60.0},
-                             "targets": [{"name": "t", "url": "http://127.0.0.1:1"}]}, Path(".")).load
-    _close_windows([[worker]], ["t"], now_ns(), load, 3, log=lambda *a: None)
+    _close_windows([[worker]], ["t"], now_ns(), 0.1, 60.0, [3], log=lambda *a: None)
     assert ray.get(worker.measured.remote()) == 3
     assert ray.get(worker.measure_sent_count.remote(now_ns())) == 4  # the window was closed at its 3rd send, not later
 
@@ -91,9 +89,9 @@ def test_rows_sent_after_the_window_end_are_drain_even_if_flushed_before_close_w
             return self.rows
 
     with emulator_factory("--model-path", "m") as url:
-        sink = RecordingSink.remote()
+        sink = RecordingSink.options(name="recording-sink").remote()
         worker = LoadWorker.remote("w0", TargetSpec("t", url, "sglang", "n"), [Prompt("p", "code", "t", text="x")],
-                                   SamplingSpec(max_new_tokens=1), sink)
+                                   SamplingSpec(max_new_tokens=1), "recording-sink")
         ray.get(worker.node_id.remote())  # started: the step's times below are not spent on the actor's start
         t0 = now_ns()
         t_ms, t_min_end = t0 + int(0.2e9), t0 + int(0.5e9)
