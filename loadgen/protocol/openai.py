@@ -7,7 +7,9 @@ counted and from where (see shared/reference/sglang-protocol.md):
   `continuous_usage_stats` (an option); otherwise the frame row still exists with `tokens` NULL: unknown,
   never guessed from text. Tokens without text (chat sends no frame for an EOS) show up when the usage chunk
   says more than the frames did: a frame at that chunk's arrival, so frame tokens still sum to the total;
-- speculative stats from SGLang's (>= 0.5.23) `sglext.spec_tokens_details` chunk (`return_spec_tokens_details`);
+- speculative stats from SGLang's (>= 0.5.23) `sglext.spec_tokens_details` chunk (`return_spec_tokens_details`),
+  or from llama.cpp's `timings` object on the last chunk (`_timings`: its `draft_n_accepted` mapped to SGLang's
+  verify-step count, derived from llama.cpp's server source; cached prompt tokens from `cache_n`);
 - TTFT at the first frame with output: non-empty text / content / reasoning_content, or advancing usage. Chat's
   role frame and the separate finish frame carry none;
 - `finish_reason` "abort" and the in-band `{"error": {...}}` chunk are server aborts; a stream that ends without
@@ -33,6 +35,9 @@ class OpenAIOptions:
     continuous_usage: bool = True   # ask for usage on every frame (per-frame token counts)
     spec_details: bool = False      # ask for SGLang's sglext spec_tokens_details chunk
     sglang: bool = False            # the server is SGLang: send our id as `rid`; its cache can be flushed
+    server: str = "openai"          # who answers (loadgen.serverid): sglang | llama.cpp | vllm | openai
+    flavor: str | None = None       # the flavour `auto` resolved to (None: the configured one)
+    cache_prompt: bool = True       # llama.cpp: False sends `cache_prompt: false` (no prefix reuse)
 
 
 class _OpenAIAdapter(Adapter):
@@ -64,6 +69,8 @@ class _OpenAIAdapter(Adapter):
             body["return_spec_tokens_details"] = True
         if o.sglang:
             body["rid"] = request_id
+        if not o.cache_prompt:
+            body["cache_prompt"] = False  # llama.cpp: no reuse of a slot's cached prefix (tools/server/server-schema.cpp)
         return orjson.dumps(body)
 
     def on_payload(self, state: StreamState, payload: bytes, t_ns: int) -> None:
@@ -94,6 +101,9 @@ class _OpenAIAdapter(Adapter):
                     state.add_frame(t_ns, cum - state.cum_tokens, cum, len(payload))
                     state.cum_tokens = cum
                 _totals(state, usage, cum)
+                timings = obj.get("timings")  # llama.cpp (chat): on the usage chunk
+                if timings is not None:
+                    _timings(state, timings)
             elif choices is None and not isinstance(ext, dict):
                 state.fail("malformed_frame", f"frame without choices, usage or error: {payload[:200]!r}")
             return
@@ -115,6 +125,9 @@ class _OpenAIAdapter(Adapter):
         if reason is not None:
             if cum is not None:
                 _totals(state, usage, cum)
+            timings = obj.get("timings")  # llama.cpp (completions): on the finish chunk
+            if timings is not None:
+                _timings(state, timings)
             _finish(state, reason)
 
 
@@ -175,6 +188,35 @@ def _spec_details(state: StreamState, details: object) -> None:
         accept = details.get("spec_accept_length")
         if isinstance(accept, (int, float)) and not isinstance(accept, bool):
             state.spec_accept_length = float(accept)
+
+
+def _timings(state: StreamState, timings: object) -> None:
+    """llama.cpp's `timings` (tools/server/server-common.cpp, server_slot_stats::to_json) on a request's last chunk.
+
+    Its generated tokens `predicted_n` are: 1 from the prompt pass, then for every target-model decode pass
+    (one verifying a draft, or a plain one when no draft was made) the draft tokens it accepted plus the one it
+    samples itself (server-context.cpp: `n_gen += 1` per token of `ids`, `n_draft_accepted += ids.size() - 1`).
+    A draft never exceeds the remaining budget (`get_n_draft_max`), so none is cut by max_tokens. Hence the
+    number of target decode passes, SGLang's `spec_verify_ct` (its verify passes after the prefill), is
+        spec_verify_ct = predicted_n - 1 - draft_n_accepted
+    and completion_tokens / spec_verify_ct means what SGLang's acceptance length means (bonus included). It can
+    only be off when a stop string or EOS ends the request inside an accepted run (ignore_eos keeps EOS out).
+    `draft_n` is present only when something was drafted (a server without speculation sends none: NULL).
+    llama.cpp's own "mean len" (1 + accepted / verification steps with a draft) is a different figure: it leaves
+    out plain decode passes. `cache_n` = prompt tokens reused from the cache (usage's cached_tokens, same value).
+    """
+    if not isinstance(timings, dict):
+        return
+    cached = _int(timings.get("cache_n"))
+    if cached is not None and state.cached_tokens is None:
+        state.cached_tokens = cached
+    accepted = _int(timings.get("draft_n_accepted"))
+    predicted = _int(timings.get("predicted_n"))
+    if accepted is not None and predicted is not None and _int(timings.get("draft_n")) is not None:
+        state.spec_verify_ct = max(predicted - 1 - accepted, 0) or None
+    prompt_ms, predicted_ms = timings.get("prompt_ms"), timings.get("predicted_ms")
+    if isinstance(prompt_ms, (int, float)) and isinstance(predicted_ms, (int, float)) and state.server_e2e_s is None:
+        state.server_e2e_s = (prompt_ms + predicted_ms) / 1000.0  # from the slot's start to its last token
 
 
 def _error_chunk(state: StreamState, error: object) -> None:

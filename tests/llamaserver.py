@@ -1,0 +1,100 @@
+"""A real llama.cpp `llama-server` for the tests: built (or found in the cache) by .ci/build-llama-server.sh.
+
+`llama_server_paths()` returns (binary, model) or the reason they cannot be had; `LlamaServer` starts one on a
+free loopback port with speculative decoding (the model as its own draft) and `--metrics`, and stops exactly
+that process (by PID) at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+
+from loadgen.ports import free_port
+
+REPO = Path(__file__).parents[1]
+SCRIPT = REPO / ".ci" / "build-llama-server.sh"
+BUILD_TIMEOUT_S = 1800
+
+
+def llama_server_paths() -> tuple[str, str] | str:
+    """(binary, model) from $LOADGEN_LLAMA_SERVER / $LOADGEN_LLAMA_MODEL, else from the build script (which
+    reuses its cache in seconds, or builds: ~6-7 min on 2 cores). A string is the reason there is none."""
+    binary, model = os.environ.get("LOADGEN_LLAMA_SERVER"), os.environ.get("LOADGEN_LLAMA_MODEL")
+    if binary and model:
+        return binary, model
+    try:
+        out = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"llama-server could not be built: {exc}"
+    found = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    if out.returncode != 0 or "LLAMA_SERVER" not in found or "LLAMA_MODEL" not in found:
+        return (f"llama-server could not be built by {SCRIPT.relative_to(REPO)} (exit {out.returncode}): "
+                f"{out.stderr.strip()[-600:]}")
+    return found["LLAMA_SERVER"], found["LLAMA_MODEL"]
+
+
+class LlamaServer:
+    """`llama-server -m MODEL -md MODEL` (its own draft: greedy drafts are accepted unless the draft stops early)
+    with `--metrics`, N slots, on 127.0.0.1."""
+
+    def __init__(self, binary: str, model: str, log_path: Path, parallel: int = 4, draft_max: int = 4,
+                 ctx_per_slot: int = 2048, extra: tuple[str, ...] = ()) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.args = [binary, "-m", model, "-md", model, "--spec-draft-n-max", str(draft_max),
+                     "--metrics", "--host", "127.0.0.1", "--port", str(self.port), "-np", str(parallel),
+                     "-c", str(ctx_per_slot * parallel), "-t", "2", "--no-webui", *extra]
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> LlamaServer:
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        import urllib.error
+        import urllib.request
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited {self.proc.returncode}: {self.tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        self.__exit__(None, None, None)
+        raise RuntimeError(f"llama-server not healthy within 120 s: {self.tail()}")
+
+    def tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-3000:]
+        except OSError:
+            return ""
+
+    def metrics(self) -> dict[str, float]:
+        """The `llamacpp:` counters and gauges now (unlabelled series)."""
+        import urllib.request
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#") and "{" not in line:
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # only the process this object started, by its PID
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()

