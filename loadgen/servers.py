@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +23,7 @@ from pathlib import Path
 import ray
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from loadgen import secrets
 from loadgen.errors import TargetError
 from loadgen.ports import free_port
 
@@ -46,6 +49,19 @@ class _NotReady(Exception):
     pass
 
 
+def _copy_masked(pipe, log, hide: list[str]) -> None:
+    """The server's output, line by line, into its log with every secret value masked; ends with the pipe."""
+    try:
+        for line in iter(pipe.readline, b""):
+            log.write(secrets.mask(line.decode(errors="replace"), hide).encode())
+            log.flush()
+    except (OSError, ValueError):
+        pass   # the log's disk is full or gone: the server keeps running, its output is dropped
+    finally:
+        pipe.close()
+        log.close()
+
+
 @ray.remote(num_cpus=0)
 class ServerProcess:
     """Launches one server, waits until it is healthy, stops it (and only it) on request or on death."""
@@ -58,25 +74,49 @@ class ServerProcess:
         except OSError:  # the results folder is on the driver's machine; the driver copies the log there
             self.log_path = Path(tempfile.mkdtemp(prefix="loadgen-server-")) / f"{name}.log"
         self.proc: subprocess.Popen | None = None
+        self.pump: threading.Thread | None = None
 
     def start_emulator(self, args: list[str], timeout_s: float = 60.0) -> str:
         return self.start_server("loadgen.emulator", args, "127.0.0.1", 0, timeout_s)
 
     def start_server(self, module: str, args: list[str], host: str, port: int, timeout_s: float) -> str:
         """`python -m MODULE ARGS --host H --port P` (sglang.launch_server or loadgen.emulator, same flags);
-        port 0 picks a free one. Returns the URL once /health answers 200."""
+        port 0 picks a free one. Returns the URL once /health answers 200. Secret flags (`--api-key env:NAME`,
+        loadgen.secrets) are read here, on the server's node, and handed over off the command line."""
         port = port or free_port(host)
-        return self._start(server_command(module, args, host, port), f"http://{host}:{port}", timeout_s)
+        args, refs = secrets.split_args(args)
+        values = {flag: secrets.resolve(flag, ref) for flag, ref in refs.items()}
+        env, config = None, None
+        if values and module == "loadgen.emulator":
+            env = dict(os.environ, **{secrets.emulator_env(flag): v for flag, v in values.items()})
+        elif values:   # sglang.launch_server takes no key from its environment, but reads a --config YAML
+            if "--config" in args:
+                raise TargetError(f"server {self.name}: a launch --config cannot be combined with secret flags "
+                                  f"({', '.join(values)}) (fix: move them into that file, or drop --config)")
+            config = secrets.sglang_config_file(values)
+            args = [*args, "--config", config]
+        try:
+            return self._start(server_command(module, args, host, port), f"http://{host}:{port}", timeout_s, env,
+                               list(values.values()))
+        finally:
+            if config:   # read at start-up; a restart writes it again
+                shutil.rmtree(os.path.dirname(config), ignore_errors=True)
 
-    def _start(self, command: list[str], url: str, timeout_s: float) -> str:
+    def _start(self, command: list[str], url: str, timeout_s: float, env: dict | None = None,
+               secret_values: list[str] = ()) -> str:
         self.stop()
+        # everything the server prints goes through the mask on its way to the log: SGLang prints its arguments
+        hide = [*secret_values, *secrets.env_values(env or os.environ)]
         log = open(self.log_path, "ab")
-        log.write(f"$ {' '.join(command)}\n".encode())
+        log.write(secrets.mask(f"$ {' '.join(command)}\n", hide).encode())
         log.flush()
-        self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, env=env)
         log.write(f"[loadgen] pid {self.proc.pid}\n".encode())
-        log.close()
+        log.flush()
+        self.pump = threading.Thread(target=_copy_masked, args=(self.proc.stdout, log, hide), daemon=True,
+                                     name=f"log-{self.name}")
+        self.pump.start()
         try:
             for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2), reraise=True,
                                     retry=retry_if_exception_type(_NotReady)):
@@ -131,3 +171,5 @@ class ServerProcess:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if self.pump is not None:   # the log is complete once the pipe is drained
+            self.pump.join(grace_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from loadgen.emulator.faults import add_fault_args
 from loadgen.emulator.spec import ALGORITHMS
@@ -40,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stream-interval", type=positive_int, default=1)
     g.add_argument("--incremental-streaming-output", action="store_true")
     g.add_argument("--enable-metrics", action="store_true")
-    g.add_argument("--api-key", default=None)
+    g.add_argument("--api-key", default=os.environ.get("LOADGEN_EMULATOR_API_KEY") or None,
+                   help="or LOADGEN_EMULATOR_API_KEY in the environment (kept out of the process list)")
     g.add_argument("--decode-log-interval", type=positive_int, default=40)
     e = p.add_argument_group("emulator flags")
     e.add_argument("--hardware", default="gb10", help="hardware profile name or .toml path (zero: no latency)")

@@ -47,6 +47,14 @@ def _with_defaults(argv: list[str], port: int) -> list[str]:
     return out
 
 
+def _secrets_to_env(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A secret flag's value (--api-key KEY) goes to the emulator through its environment
+    (LOADGEN_EMULATOR_API_KEY), where the process list does not show it."""
+    from loadgen.secrets import emulator_env, split_args
+    plain, values = split_args(argv)
+    return plain, dict(os.environ, **{emulator_env(flag): value for flag, value in values.items()})
+
+
 class EmulatorThread:
     """An emulator on its own event loop in a daemon thread of this process; `.emu` gives its state."""
 
@@ -109,7 +117,8 @@ class EmulatorProcess:
 
     def __enter__(self) -> "EmulatorProcess":
         self._log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "loadgen.emulator", *self.argv], env=dict(os.environ),
+        argv, env = _secrets_to_env(self.argv)
+        self.proc = subprocess.Popen([sys.executable, "-m", "loadgen.emulator", *argv], env=env,
                                      stdout=subprocess.DEVNULL, stderr=self._log)
         try:
             _wait_healthy(self.url, self.timeout, alive=lambda: self.proc.poll() is None)
