@@ -27,10 +27,10 @@ def _adhoc(args: argparse.Namespace) -> int:
     experiment = {
         "run": {"name": args.name},
         "load": {"concurrency": args.concurrency, "requests": args.requests,
-                 "workers_per_target": args.workers, "flush_cache": args.flavor == "sglang",
+                 "workers_per_target": args.workers, "flush_cache": args.flavor in ("sglang", "auto"),
                  "stall_timeout_s": args.stall_timeout, "request_timeout_s": args.request_timeout,
                  "realtime_priority": args.realtime_priority},
-        "prompts": {"max_new_tokens": args.max_tokens, "ignore_eos": True, "seed": args.seed},
+        "prompts": {"max_new_tokens": args.max_tokens, "ignore_eos": args.ignore_eos, "seed": args.seed},
         "targets": [{"name": "target", "url": args.url, "flavor": args.flavor}],
     }
     if args.error_budget is not None:
@@ -89,10 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="ad-hoc run from flags: N requests at concurrency C against one URL")
     p.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:30000")
-    p.add_argument("--flavor", default="sglang", help="API flavour (sglang, ...)")
+    p.add_argument("--flavor", default="auto", help="API flavour: auto (default: identify the server: SGLang, "
+                   "llama.cpp, vLLM, else a generic OpenAI server), sglang, openai-completions, openai-chat")
     p.add_argument("--concurrency", type=int, nargs="+", required=True, help="one or more levels")
     p.add_argument("--requests", type=int, required=True, help="requests per level")
-    p.add_argument("--max-tokens", type=int, default=128, help="max_new_tokens (ignore_eos is on)")
+    p.add_argument("--max-tokens", type=int, default=128, help="max_new_tokens (ignore_eos is on unless "
+                   "--no-ignore-eos)")
+    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                   help="let the model stop at its end-of-sequence token (default: ignore it, every request "
+                        "generates --max-tokens)")
     p.add_argument("--workers", type=int, default=1, help="worker actors (each holds its share of streams)")
     p.add_argument("--seed", type=int, default=0, help="prompt sequence seed")
     p.add_argument("--stall-timeout", type=float, default=60.0, help="cut a request after this many seconds "

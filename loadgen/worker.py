@@ -23,7 +23,7 @@ import pyarrow as pa
 import ray
 from ray.experimental import tqdm_ray
 
-from loadgen import arrivals, probe, schema
+from loadgen import arrivals, probe, schema, serverid
 from loadgen.clock import now_ns
 from loadgen.errors import LoadgenError, TargetError
 from loadgen.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
@@ -86,7 +86,9 @@ class LoadWorker:
         self.sampling = sampling
         self.sink = sink
         self.api_key, self.key_problem = _read_api_key(target)
-        self.adapter = adapter_for(target.flavor)
+        # flavor "auto": the adapter is chosen by preflight/configure, from the server's identity
+        self.flavor: str | None = None if target.flavor == "auto" else target.flavor
+        self.adapter = adapter_for(target.flavor) if self.flavor else None
         self.options: OpenAIOptions | None = None  # openai-*: set by preflight/configure before any load
         self.endpoint = Endpoint(target.url, self.api_key)
         self.frames = FrameBuffer()
@@ -104,6 +106,7 @@ class LoadWorker:
         self.slot_tasks: list[asyncio.Task] = []
         self.open_requests: set[asyncio.Task] = set()
         self.background: list[asyncio.Task] = []
+        self.identity: dict | None = None  # loadgen.serverid's answer (first worker of a target: preflight)
         self.measure_open = 0
         self.measure_sent = 0
         self.window_end_ns = 0
@@ -123,8 +126,11 @@ class LoadWorker:
         """SGLang's /get_server_info; for openai-* flavours whatever the server says (algorithm UNKNOWN when it
         is not SGLang), so steps rows carry the algorithm and draft tokens whenever they can be known."""
         session, url = await self._session(), self.target.url
-        if self.target.flavor == "sglang":
-            return await probe.server_info(session, url, self.api_key)
+        ident = self.identity or {}
+        if self.flavor == "sglang" or ident.get("server") == serverid.SGLANG:
+            return dict(await probe.server_info(session, url, self.api_key), **ident)
+        if ident:  # another server: what preflight learnt (its routes are not asked again)
+            return dict(ident)
         info = await probe.sglang_server_info(session, url, self.api_key)
         return info if info is not None else {"speculative_algorithm": "UNKNOWN", "version": "unknown"}
 
@@ -134,16 +140,22 @@ class LoadWorker:
         if self.key_problem:
             raise TargetError(f"target {self.target.name}: {self.key_problem}")
         t = self.target
-        if t.flavor == "sglang":
+        ident = await serverid.identify(await self._session(), t.url, self.api_key)
+        self.flavor = t.flavor if t.flavor != "auto" else ident.flavor
+        self.identity = identity_info(ident, self.flavor)
+        if self.flavor == "sglang":
+            self.adapter = adapter_for("sglang")
             return await self.server_info(), None
         models = await probe.openai_models(await self._session(), t.url, self.api_key)
         if t.model is not None and t.model not in models:
             raise TargetError(f"target {t.name}: model {t.model!r} is not served by {t.url} (it serves "
                               f"{', '.join(models)}); fix the target's `model` or leave it out")
         info = await self.server_info()
-        sglang = info.get("version") not in (None, "unknown")
+        sglang = ident.name == serverid.SGLANG
         spec = t.spec_details if t.spec_details is not None else sglang and _version(info["version"]) >= (0, 5, 23)
-        options = OpenAIOptions(t.model or models[0], t.continuous_usage, bool(spec), sglang=sglang)
+        options = OpenAIOptions(t.model or models[0], t.continuous_usage, bool(spec), sglang=sglang,
+                                server=ident.name, flavor=self.flavor,
+                                cache_prompt=ident.name != serverid.LLAMACPP)  # no prefix reuse (README)
         self.configure(options)
         return info, options
 
@@ -151,7 +163,11 @@ class LoadWorker:
         """Use the preflight's request options (every worker of a target gets the first one's)."""
         if options is not None:
             self.options = options
-            self.adapter = adapter_for(self.target.flavor, options)
+            self.flavor = options.flavor or self.target.flavor
+            self.adapter = adapter_for(self.flavor, options)
+        elif self.flavor is None:  # `auto` that preflight resolved to SGLang's native API
+            self.flavor = "sglang"
+            self.adapter = adapter_for("sglang")
 
     async def flush_cache(self) -> None:
         if self.options is not None and not self.options.sglang:
@@ -171,7 +187,7 @@ class LoadWorker:
     async def start_step(self, step: StepSpec) -> None:
         """Begin a step at `step.t_start_ns`; returns at once (the driver polls `progress`)."""
         _raise_priority(step.realtime_priority)  # an async method runs on the event-loop thread, the one to raise
-        if self.options is None and self.target.flavor != "sglang":
+        if self.flavor is None or (self.options is None and self.flavor != "sglang"):
             await self.preflight()  # a restarted actor lost the driver's configure()
         self.step = step
         self.issuing = True
@@ -355,11 +371,16 @@ class LoadWorker:
             await self._flush(step)
 
     async def _sampler(self, step: StepSpec) -> None:
+        if step.sample_server and self.session is not None:  # a last server sample, after the last request
+            try:
+                self._write_samples(step, {"t_ns": []}, await self._server_rows(self.session, step))
+            except (aiohttp.ClientError, TimeoutError, LoadgenError):
+                pass
         rows: dict[str, list] = {k: [] for k in ("t_ns", "loop_lag_ms", "read_delay_max_ms", "cpu_percent",
                                                         "in_flight")}
         self.process.cpu_percent(None)
         session = await self._session() if step.sample_server else None
-        server_rows: list[dict] = []
+        server_rows: list[dict] = await self._server_rows(session, step) if session is not None else []  # at start
         tick = 0
         while True:
             t0 = now_ns()
@@ -381,12 +402,17 @@ class LoadWorker:
 
     async def _server_rows(self, session: aiohttp.ClientSession, step: StepSpec) -> list[dict]:
         t = now_ns()
-        samples = await probe.metrics_samples(session, self.target.url, self.api_key)
-        try:  # the server's own running figures (acceptance, throughput) next to /metrics
-            info = await probe.server_info(session, self.target.url, self.api_key, within_s=1.0)
-            samples += [(n, v, dict(labels, when="during")) for n, v, labels in probe.server_info_samples(info)]
-        except LoadgenError:
-            pass  # a busy server that misses one sample is not a failure of the step
+        ident = self.identity or {}
+        routes = ident.get("routes") or {}
+        # Routes that preflight found missing are not polled (a 404 every second fills the server's log).
+        samples = (await probe.metrics_samples(session, self.target.url, self.api_key)
+                   if routes.get("/metrics", 200) == 200 else [])
+        if not ident or ident.get("server") == serverid.SGLANG:
+            try:  # the server's own running figures (acceptance, throughput) next to /metrics
+                info = await probe.server_info(session, self.target.url, self.api_key, within_s=1.0)
+                samples += [(n, v, dict(labels, when="during")) for n, v, labels in probe.server_info_samples(info)]
+            except LoadgenError:
+                pass  # a busy server that misses one sample is not a failure of the step
         return [{"run_id": step.run_id, "step_id": step.step_id, "target": self.target.name,
                  "node": self.target.node, "t_ns": t, "name": name, "value": value,
                  "labels": json.dumps(labels, sort_keys=True)} for name, value, labels in samples]
@@ -499,6 +525,20 @@ async def _sleep_until(t_ns: int) -> None:
     no measured request open and was cut at once, its requests 'cancelled')."""
     while (delay := (t_ns - now_ns()) / 1e9) > 0:
         await asyncio.sleep(delay)
+
+
+def identity_info(ident: serverid.ServerId, flavor: str) -> dict:
+    """The server's identity as steps.server_info keys: `server`, `server_version`, `model`, the resolved
+    `flavor`, what it says of its drafting, the routes probed; for a server other than SGLang also `version`
+    and `speculative_algorithm` (UNKNOWN unless it says)."""
+    info = {"server": ident.name, "server_version": ident.version, "model": ident.model, "flavor": flavor,
+            "server_speculative": ident.speculative, "routes": ident.routes}
+    if ident.name != serverid.SGLANG:
+        types = ident.speculative.get("speculative.types")
+        info["version"] = ident.version or "unknown"
+        info["speculative_algorithm"] = (str(types).upper() if isinstance(types, str) and types
+                                         else "UNKNOWN")
+    return info
 
 
 def _raise_priority(realtime: bool) -> None:
