@@ -50,9 +50,10 @@ per_target AS (
            r.tok_s, u.user_tok_s, r.accept_len,
            a.levels_probed, a.steps, a.step_s,
            concat_ws('; ',
-               CASE WHEN a.capacity IS NULL THEN 'every level failed: the capacity is below ' || a.lowest END,
-               CASE WHEN a.first_fail IS NULL THEN 'no level failed: the capacity is at least ' || a.highest END,
-               CASE WHEN len(a.unclear_levels) > 0 THEN 'unclear at ' || array_to_string(a.unclear_levels, ', ')
+               CASE WHEN a.capacity IS NULL THEN 'every level failed: the capacity is below ' || printf('%g', a.lowest) END,
+               CASE WHEN a.first_fail IS NULL THEN 'no level failed: the capacity is at least ' || printf('%g', a.highest) END,
+               CASE WHEN len(a.unclear_levels) > 0 THEN 'unclear at '
+                    || array_to_string(list_transform(a.unclear_levels, lambda x: printf('%g', x)), ', ')
                     || ' (decided on the point estimate)' END) AS note,
            a.emulated
     FROM answer a
