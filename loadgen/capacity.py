@@ -4,18 +4,49 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import time
+from pathlib import Path
 
-from loadgen import analysis, ray_setup
+from loadgen import __version__, analysis, ray_setup
 from loadgen.config import load_experiment
-from loadgen.errors import ConfigError, LoadgenError
+from loadgen.errors import ConfigError, LoadgenError, user_message
 from loadgen.runner import run_experiment
+from loadgen.sink import check_writable
 
 log = functools.partial(print, flush=True)
 
 CAPACITY_QUERIES = ("compare_algorithms",)
 FLEET_QUERIES = ("fleet_nodes", "fleet_capacity")
+
+
+JOB_RESULTS = "~/loadgen-results"   # the default under `ray job submit`: on the driver's node, outside Ray's session
+
+
+def under_ray_job() -> bool:
+    """True when this process is the driver of a `ray job submit` job: its working directory is Ray's unpacked
+    package under the session folder, which is deleted with the Ray session."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ or "runtime_resources" in Path.cwd().parts
+
+
+def results_folder(given: str | None) -> Path:
+    """The absolute results folder: `given` (the flag or run.results), else ./results; under a Ray job the
+    default is ~/loadgen-results and a relative path is taken from the home folder, never from the job's
+    temporary working directory."""
+    if not under_ray_job():
+        return Path(given or "results").expanduser().resolve()
+    if given is None:
+        return Path(JOB_RESULTS).expanduser().resolve()
+    path = Path(given).expanduser()
+    return path if path.is_absolute() else (Path.home() / path).resolve()
+
+
+def plain_output_in_logs() -> None:
+    """When stdout is not a terminal (`ray job logs`, a file), Ray prints the workers' lines without colour
+    codes; the workers print plain progress lines instead of bars (runner._bring_up)."""
+    if not sys.stdout.isatty():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
 
 def run_capacity(config_path: str, results: str | None, ray_address: str | None,
@@ -24,8 +55,12 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
     exp = load_experiment(config_path)   # every config error surfaces here, before Ray or any load
     if fleet and exp.fleet is None:
         raise ConfigError("fleet", "this experiment has no [fleet] table", "use python -m jobs.capacity for it")
+    folder = results_folder(results or exp.results)
+    check_writable(folder)               # before Ray starts, like the config
+    log(f"loadgen {__version__}: results go to {folder}")
+    plain_output_in_logs()
     ray_setup.connect(ray_address)
-    result = run_experiment(exp, results or exp.results or "results", log=log)
+    result = run_experiment(exp, str(folder), log=log)
     con = analysis.open_results(result.results_dir, [result.run_id])
     log(f"\nrun {result.run_id}: {result.status}{' - ' + result.reason if result.reason else ''}")
     for query in queries:
@@ -35,17 +70,23 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
 
 
 def job_main(prog: str, doc: str, queries: tuple[str, ...], fleet: bool) -> None:
-    """Parse the entry point's flags, run, print errors as one line (exit 2) and the wall time."""
+    """Parse the entry point's flags and run. A user error is one line on stderr (exit 2), a stop (`ray job
+    stop`, Ctrl-C) one line `run stopped` (exit 130); the wall time is printed only for a run that started."""
     parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     parser.add_argument("--config", required=True, help="experiment TOML file")
-    parser.add_argument("--results", help="results folder (default: run.results in the file, else ./results)")
+    parser.add_argument("--results", help="results folder (default: run.results in the file, else ./results; "
+                        f"under `ray job submit`: {JOB_RESULTS} on the driver's node)")
     parser.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     args = parser.parse_args()
     started = time.monotonic()
     try:
         code = run_capacity(args.config, args.results, args.ray_address, queries, fleet)
     except LoadgenError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        code = 2
-    print(f"wall time {time.monotonic() - started:.1f} s", flush=True)
+        print(f"error: {user_message(exc)}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except KeyboardInterrupt as exc:   # Ctrl-C, or runner.Stopped (SIGTERM from `ray job stop`)
+        print(f"run stopped ({str(exc) or 'interrupted'}); what was measured is kept", file=sys.stderr, flush=True)
+        sys.exit(130)
+    log(f"wall time {time.monotonic() - started:.1f} s")
     sys.exit(code)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loadgen.errors import LoadgenError
+from loadgen.errors import LoadgenError, user_message
 
 
 def _capacity(args: argparse.Namespace) -> int:
@@ -21,9 +21,11 @@ def _adhoc(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from loadgen import analysis, ray_setup
+    from loadgen.capacity import plain_output_in_logs, results_folder
     from loadgen.config import parse_experiment
     from loadgen.errors import ConfigError
     from loadgen.runner import run_experiment
+    from loadgen.sink import check_writable
     experiment = {
         "run": {"name": args.name},
         "load": {"concurrency": args.concurrency, "requests": args.requests,
@@ -41,11 +43,16 @@ def _adhoc(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # name the flag the user typed, not the config key it became
         flag = next((f for k, f in _FLAG_OF_KEY.items() if exc.key.startswith(k)), exc.key)
         raise ConfigError(flag, exc.problem, exc.fix) from None
+    folder = results_folder(args.results)
+    check_writable(folder)
+    print(f"results go to {folder}", flush=True)
+    plain_output_in_logs()
     ray_setup.connect(args.ray_address)
-    result = run_experiment(exp, args.results)
+    result = run_experiment(exp, str(folder))
     con = analysis.open_results(result.results_dir, [result.run_id])
     for name in ("throughput_by_concurrency", "latency_by_concurrency"):
         print(analysis.render(analysis.run_query(con, name), "table"))
+    print(f"results: {result.results_dir}")
     return 0 if result.status == "complete" else 1
 
 
@@ -65,7 +72,12 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    import importlib.util
+
     from loadgen.report import write_report
+    if importlib.util.find_spec("matplotlib") is None:
+        raise LoadgenError("the report's plots need matplotlib, which is not installed "
+                           "(fix: pip install 'loadgen[report]')")
     write_report(args.results, args.run or None, args.output, args.markdown)
     print(f"wrote {args.output}" + (f" and {args.markdown}" if args.markdown else ""))
     return 0
@@ -79,11 +91,14 @@ def _check_draft(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loadgen", description="Capacity testing for LLM servers with "
                                      "speculative decoding: Ray load workers, every frame in Parquet, DuckDB SQL.")
+    from loadgen import __version__
+    parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("capacity", help="run an experiment file (same as python -m jobs.capacity)")
     p.add_argument("--config", required=True, help="experiment TOML file")
-    p.add_argument("--results", help="results folder (default: run.results in the file, else ./results)")
+    p.add_argument("--results", help="results folder (default: run.results in the file, else ./results; under "
+                   "`ray job submit`: ~/loadgen-results on the driver's node)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     p.set_defaults(func=_capacity)
 
@@ -110,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the workers' reading thread at normal priority (for a client sharing cores with "
                         "the server under test; see README, The client)")
     p.add_argument("--name", default="adhoc", help="run name (part of the run id)")
-    p.add_argument("--results", default="results", help="results folder (default ./results)")
+    p.add_argument("--results", help="results folder (default ./results; under `ray job submit`: "
+                   "~/loadgen-results on the driver's node)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     p.set_defaults(func=_adhoc)
 
@@ -149,8 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except LoadgenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {user_message(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:   # Ctrl-C, or the runner's SIGTERM stop
+        print(f"run stopped ({str(exc) or 'interrupted'}); what was measured is kept", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

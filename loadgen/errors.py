@@ -20,3 +20,10 @@ class ConfigError(LoadgenError):
 
 class TargetError(LoadgenError):
     """A target server is unreachable or does not speak the expected protocol; raised before any load."""
+
+
+def user_message(exc: LoadgenError) -> str:
+    """The one line to print for a user error. One raised inside a Ray actor reaches the driver wrapped with
+    the remote traceback in its text; the original error (`cause`) has just the message."""
+    cause = getattr(exc, "cause", None)
+    return str(cause if isinstance(cause, LoadgenError) else exc)

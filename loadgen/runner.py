@@ -36,7 +36,7 @@ from loadgen.prompts.mix import PromptMix
 from loadgen.protocol.base import SamplingSpec
 from loadgen.secrets import masked
 from loadgen.servers import ServerProcess
-from loadgen.sink import ResultsSink, check_writable
+from loadgen.sink import ResultsSink, check_writable, flush
 from loadgen.worker import LoadWorker, StepSpec, TargetSpec
 
 PROMPT_POOL = 4096          # prompts per run; every step walks the same seeded sequence from its start
@@ -176,7 +176,7 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         _write_run(ctx, started, now_ns(), status, reason)
-        ray.get(sink.flush.remote())
+        flush(sink)   # a results folder that filled up or became unwritable ends the run here, in one line
     return RunResult(run_id, str(results), status, reason)
 
 

@@ -2,9 +2,14 @@
 
 Batches arrive per table; they are kept in memory and written as a Parquet part file when a table has
 `ROLL_ROWS` rows waiting, when the oldest waiting batch is `ROLL_S` old, or on `flush()`. Each file is written
-under a hidden temporary name and renamed when complete, so readers only ever see whole files and a crash
-loses at most the batches not yet rolled. File names carry the sink's incarnation, so a restarted sink never
-overwrites what an earlier one wrote.
+under a hidden temporary name (`.part-*.parquet.tmp`, which the views' `*.parquet` glob never matches) and
+renamed when complete, so readers only ever see whole files and a crash loses at most the batches not yet
+rolled. File names carry the sink's incarnation, so a restarted sink never overwrites what an earlier one wrote.
+
+A folder that fills up or becomes unwritable: the failed file is removed (or, if even that fails, stays under
+its hidden name), the batches stay in memory, `write` goes on accepting (a worker's fire-and-forget call never
+fails), and the next `flush()` tries again and raises SinkError if it still cannot write. The driver flushes at
+the end of every step, so the run stops there with that one line (README: "When the disk fills").
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class ResultsWriter:
         self.pending_rows: dict[str, int] = dict.fromkeys(schema.TABLES, 0)
         self.oldest: dict[str, float] = {}
         self.rows_written: dict[str, int] = dict.fromkeys(schema.TABLES, 0)
+        self.failed: SinkError | None = None   # the last write failure; cleared by a flush that succeeds
         for table in schema.TABLES:
             self._dir(table).mkdir(parents=True, exist_ok=True)
         for table, table_schema in schema.TABLES.items():  # every view has a file to read, even if empty
@@ -77,13 +83,19 @@ class ResultsWriter:
         self.pending[table].append(batch)
         self.pending_rows[table] += batch.num_rows
         self.oldest.setdefault(table, time.monotonic())
-        if self.pending_rows[table] >= ROLL_ROWS or time.monotonic() - self.oldest[table] >= ROLL_S:
-            self._roll(table)
+        if self.failed is None and (self.pending_rows[table] >= ROLL_ROWS
+                                    or time.monotonic() - self.oldest[table] >= ROLL_S):
+            try:
+                self._roll(table)
+            except SinkError as exc:   # kept in memory; flush() retries and reports it
+                self.failed = exc
 
     def flush(self) -> dict[str, int]:
-        """Write everything waiting; returns rows written so far per table."""
+        """Write everything waiting; returns rows written so far per table. SinkError if the folder cannot
+        take it (the batches stay waiting; a later flush tries again)."""
         for table in schema.TABLES:
             self._roll(table)
+        self.failed = None
         return dict(self.rows_written)
 
     def _roll(self, table: str) -> None:
@@ -105,9 +117,15 @@ class ResultsWriter:
                            use_dictionary=_dictionary_columns(data.schema))
             os.replace(tmp, final)
         except OSError as exc:  # disk full, folder removed or made read-only: keep the batches, say so
-            tmp.unlink(missing_ok=True)
-            raise SinkError(f"cannot write {final}: {exc.strerror or exc}; {data.num_rows} rows of {table} are "
-                            "kept in memory (fix: free space in the results folder)") from None
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass   # a read-only folder keeps it, under its hidden .tmp name no query reads
+            waiting = sum(self.pending_rows.values())
+            raise SinkError(f"results folder {self.root} cannot be written ({exc.strerror or exc}, writing "
+                            f"{final.relative_to(self.root)}): {waiting} rows are not written, every file written "
+                            "before is complete and readable (fix: free space in the results folder or make it "
+                            "writable, or pass another --results)") from None
 
     def request_ids(self, step_id: int, worker: str) -> set[str]:
         """Request ids of one worker in one step already held (written or waiting): for `lost` rows."""
@@ -153,3 +171,14 @@ class ResultsSink:
 
     def request_ids(self, step_id: int, worker: str) -> set[str]:
         return self.writer.request_ids(step_id, worker)
+
+
+def flush(sink) -> dict[str, int]:
+    """`ray.get(sink.flush.remote())`, with the sink's SinkError raised as itself: one line for the user, not
+    Ray's wrapper with the actor's traceback."""
+    try:
+        return ray.get(sink.flush.remote())
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, SinkError):
+            raise SinkError(str(exc.cause)) from None
+        raise

@@ -39,6 +39,7 @@ LOOP_RT_PRIORITY = 1       # SCHED_FIFO priority of the event-loop thread: the l
 CONNECT_BACKOFF_S = 0.1     # a slot's pause after a request that could not even connect
 PRUNE_WRITES = 256          # outstanding sink writes before acknowledged ones are dropped
 FLUSH_PERIOD_S = 0.1
+PROGRESS_LINE_S = 5.0       # without live bars (the driver's output is a log): a plain progress line this often
 
 
 @dataclass(frozen=True)
@@ -76,15 +77,36 @@ class StepSpec:
     #                                          driver ends it (close_window); None: t_measure_end_ns
 
 
+@ray.remote(num_cpus=0)
+class PromptPool:
+    """A run's prompt shards, one per load worker: each fetches its own when its first step starts, and again
+    after a restart."""
+
+    def __init__(self, shards: list[list[Prompt]]) -> None:
+        self.shards = shards
+
+    def shard(self, i: int) -> list[Prompt]:
+        return self.shards[i]
+
+
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=3)  # a crashed worker comes back for the next step
 class LoadWorker:
-    def __init__(self, name: str, target: TargetSpec, prompts: list[Prompt], sampling: SamplingSpec,
-                 sink: ray.actor.ActorHandle) -> None:
+    def __init__(self, name: str, target: TargetSpec, prompts: tuple[str, int], sampling: SamplingSpec,
+                 sink: str, progress_bars: bool = True) -> None:
+        """`prompts` names a PromptPool actor and this worker's shard in it, fetched when a step starts; `sink`
+        is the results sink's actor name. Names, not the prompts or handles: Ray keeps a large argument or a
+        handle in the object store, and logs an error for a restartable actor with such arguments.
+        `progress_bars`: live tqdm bars for a driver on a terminal, else a plain line every PROGRESS_LINE_S
+        (a bar's redraws in a log file are hundreds of lines of escape codes)."""
         self.name = name
+        self.progress_bars = progress_bars
+        self.progress_label = ""
+        self.progress_next_ns = 0
         self.target = target
-        self.prompts = prompts
+        self.prompt_source = prompts
+        self.prompts: list[Prompt] = []
         self.sampling = sampling
-        self.sink = sink
+        self.sink = ray.get_actor(sink)
         self.api_key, self.key_problem = _read_api_key(target)
         # flavor "auto": the adapter is chosen by preflight/configure, from the server's identity
         self.flavor: str | None = None if target.flavor == "auto" else target.flavor
@@ -136,7 +158,15 @@ class LoadWorker:
 
     async def preflight(self) -> tuple[dict, OpenAIOptions | None]:
         """Before any load: the server info, and for openai-* flavours the resolved request options (GET
-        /v1/models must answer an OpenAI list; the model defaults to its first id). TargetError otherwise."""
+        /v1/models must answer an OpenAI list; the model defaults to its first id). TargetError otherwise,
+        with the control session closed (the run ends there, and an open one is reported as leaked)."""
+        try:
+            return await self._preflight()
+        except TargetError:
+            await self.close()
+            raise
+
+    async def _preflight(self) -> tuple[dict, OpenAIOptions | None]:
         if self.key_problem:
             raise TargetError(f"target {self.target.name}: {self.key_problem}")
         t = self.target
@@ -190,6 +220,9 @@ class LoadWorker:
         if self.flavor is None or (self.options is None and self.flavor != "sglang"):
             await self.preflight()  # a restarted actor lost the driver's configure()
         self.step = step
+        if not self.prompts:
+            pool, shard = self.prompt_source
+            self.prompts = await ray.get_actor(pool).shard.remote(shard)
         self.issuing = True
         self.measure_open = 0
         self.measure_sent = 0
@@ -199,8 +232,10 @@ class LoadWorker:
         self.sent = 0
         self.outcomes = {}
         level = f"C={step.concurrency}" if step.arrivals is None else f"rate={step.arrivals.rate:g}/s"
-        self.bar = tqdm_ray.tqdm(desc=f"step {step.step_id + 1} {self.name} {level}", total=step.max_requests,
-                                 unit=" req")  # rendered by the driver (Ray forwards worker output)
+        self.progress_label = f"step {step.step_id + 1} {self.name} {level}"
+        self.progress_next_ns = now_ns() + int(PROGRESS_LINE_S * 1e9)
+        if self.progress_bars:  # rendered by the driver (Ray forwards worker output)
+            self.bar = tqdm_ray.tqdm(desc=self.progress_label, total=step.max_requests, unit=" req")
         self.run_task = asyncio.create_task(self._run(step))
 
     async def _run(self, step: StepSpec) -> None:
@@ -339,7 +374,7 @@ class LoadWorker:
             task.cancel()
         await asyncio.gather(*self.background, return_exceptions=True)
         self.slot_tasks, self.background, self.run_task = [], [], None
-        self._show_progress()
+        self._show_progress(final=True)
         if self.bar is not None:
             self.bar.close()
             self.bar = None
@@ -417,10 +452,14 @@ class LoadWorker:
                  "node": self.target.node, "t_ns": t, "name": name, "value": value,
                  "labels": json.dumps(labels, sort_keys=True)} for name, value, labels in samples]
 
-    def _show_progress(self) -> None:
-        """Finished requests on this worker's progress bar."""
+    def _show_progress(self, final: bool = False) -> None:
+        """Finished requests on this worker's progress bar, or as a line when it is time for one."""
+        done = sum(self.outcomes.values())
         if self.bar is not None:
-            self.bar.update(sum(self.outcomes.values()) - self.bar.n)
+            self.bar.update(done - self.bar.n)
+        elif not self.progress_bars and (final or now_ns() >= self.progress_next_ns):
+            print(f"{self.progress_label}: {done} requests finished, {len(self.streams)} in flight", flush=True)
+            self.progress_next_ns = now_ns() + int(PROGRESS_LINE_S * 1e9)
 
     # writing
     def _write_samples(self, step: StepSpec, rows: dict[str, list], server_rows: list[dict]) -> None:

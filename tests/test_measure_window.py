@@ -74,7 +74,7 @@ def test_rows_sent_after_the_window_end_are_drain_even_if_flushed_before_close_w
     from loadgen.clock import now_ns
     from loadgen.prompts import Prompt
     from loadgen.protocol.base import SamplingSpec
-    from loadgen.worker import LoadWorker, StepSpec, TargetSpec
+    from loadgen.worker import LoadWorker, PromptPool, StepSpec, TargetSpec
 
     @ray.remote
     class RecordingSink:
@@ -90,7 +90,9 @@ def test_rows_sent_after_the_window_end_are_drain_even_if_flushed_before_close_w
 
     with emulator_factory("--model-path", "m") as url:
         sink = RecordingSink.options(name="recording-sink").remote()
-        worker = LoadWorker.remote("w0", TargetSpec("t", url, "sglang", "n"), [Prompt("p", "code", "t", text="x")],
+        pool = PromptPool.options(name="test-prompts").remote([[Prompt("p", "code", "t", text="x")]])  # noqa: F841
+        #    (held: an actor lives while a handle to it does)
+        worker = LoadWorker.remote("w0", TargetSpec("t", url, "sglang", "n"), ("test-prompts", 0),
                                    SamplingSpec(max_new_tokens=1), "recording-sink")
         ray.get(worker.node_id.remote())  # started: the step's times below are not spent on the actor's start
         t0 = now_ns()
