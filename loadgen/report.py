@@ -86,12 +86,17 @@ def load_report(results_dir: str | Path, run_ids: list[str] | None = None) -> Re
     available = set(list_queries())
     data = {name: run_query(con, name).to_pylist() if name in available else [] for name in QUERIES + SLO_QUERIES}
     data["repeats"] = [_spread_unknown(r) if r["repeats"] < 2 else r for r in data["repeats"]]
+    slo = _slo(con)
+    if not slo:                  # without SLO lines every ok request "meets" it: nothing to show
+        data["goodput"] = data["capacity"] = []
+    if not any(r["peers"] > 1 for r in data["fleet_nodes"]):     # one node per configuration: no fleet
+        data["fleet_nodes"] = []
     if not data["runs"]:
         raise LoadgenError(f"no runs in {results_dir}; run `python -m jobs.capacity` first or check --run")
     incomplete = con.execute(
         "SELECT run_id, step_id, target, concurrency, rate, step_status FROM step_info "
         "WHERE step_status IS DISTINCT FROM 'complete' ORDER BY run_id, step_id, target").fetchall()
-    return Report(data, _slo(con),
+    return Report(data, slo,
                   [dict(zip(("run_id", "step_id", "target", "concurrency", "rate", "step_status"), r))
                    for r in incomplete])
 
@@ -176,13 +181,15 @@ def _comparison_findings(report: Report) -> list[Finding]:
         if not known:
             continue
         stretches = _sign_stretches(known)
-        lead = f"{other} vs {base}: " + ", ".join(_stretch_lead(s, i, len(stretches))
-                                                   for i, s in enumerate(stretches)) + "."
+        lead = f"{other} vs {base}: " + _order_text(stretches) + "."
         text = f"Aggregate tok/s {rows[0]['target']} vs {rows[0]['baseline_target']}: " + "; ".join(
             f"{_pct(r['tok_s_change_pct'])} at {_level_text(r)}" for r in known) + "."
-        for c in crossings[pair]:
-            text += f" The faster series changes between {_level_text(_previous(c))} and {_level_text(c)}."
+        flips = [f"{_level_text(_previous(c))} and {_level_text(c)}" for c in crossings[pair]]
+        if flips:
+            text += " The faster series changes between " + ", between ".join(flips) + "."
         repeats = min(min(r["repeats"], r["baseline_repeats"]) for r in rows)
+        if len(flips) > 1 and repeats < 2:
+            text += " A lead that changes back and forth is more likely noise than a trend."
         closest = min(known, key=lambda r: abs(r["tok_s_change_pct"]))
         if repeats < 2:
             text += (" Each level ran once, so the noise is unknown: whether a difference as small as "
@@ -213,18 +220,18 @@ def _sign_stretches(rows: Rows) -> list[Rows]:
     return stretches
 
 
-def _stretch_lead(rows: Rows, i: int, n: int) -> str:
-    """'faster up to C=8' / 'slower from C=16' / 'faster at every level' for the i-th of n stretches."""
-    word = "faster" if rows[0]["tok_s_change_pct"] > 0 else "slower"
-    if n == 1:
-        return f"{word} at every level"
-    if len(rows) == 1:
-        return f"{word} at {_level_text(rows[0])}"
-    if i == 0:
-        return f"{word} up to {_level_text(rows[-1])}"
-    if i == n - 1:
-        return f"{word} from {_level_text(rows[0])}"
-    return f"{word} from {_level_text(rows[0])} to {_level_text(rows[-1])}"
+def _order_text(stretches: list[Rows]) -> str:
+    """'faster at every level' | 'faster up to C=8, slower from C=16' | 'no consistent order: ...'."""
+    def word(rows: Rows) -> str:
+        return "faster" if rows[0]["tok_s_change_pct"] > 0 else "slower"
+
+    if len(stretches) == 1:
+        return f"{word(stretches[0])} at every level"
+    if len(stretches) == 2:
+        first, last = stretches
+        return f"{word(first)} up to {_level_text(first[-1])}, {word(last)} from {_level_text(last[0])}"
+    sides = {w: ", ".join(_level_text(r) for s in stretches if word(s) == w for r in s) for w in ("faster", "slower")}
+    return f"no consistent order (faster at {sides['faster']}; slower at {sides['slower']})"
 
 
 def slo_text(slo: dict[str, float]) -> str:
@@ -268,7 +275,8 @@ def _capacity_findings(report: Report) -> list[Finding]:
 def _confounder_findings(report: Report) -> list[Finding]:
     diffs: dict[tuple, Rows] = defaultdict(list)
     for row in report.data["confounders"]:
-        diffs[(row["run_id"], row["baseline_target"], row["target"])].append(row)
+        diffs[(row["run_id"], f"{row['baseline_target']} ({row['baseline_algorithm']})",
+               f"{row['target']} ({row['algorithm']})")].append(row)
     findings = []
     for (run, base, other), rows in diffs.items():
         items = []
@@ -490,7 +498,8 @@ def pareto_plot(report: Report) -> Plot | None:
     ax.grid(True, alpha=0.3)
     _series_legend(report, ax, series)
     caption = ("Each point is a load level: right = more tokens for the fleet, up = faster for each user. "
-               "Up and to the right is better; a capacity planner picks the rightmost point above the SLO line."
+               "Up and to the right is better; a capacity planner picks the rightmost point "
+               + ("above the SLO line." if "tpot_ms" in report.slo else "whose per-user speed is still acceptable.")
                + (" Circled: on the Pareto frontier." if report.data["pareto"] else ""))
     return Plot("Per-user vs aggregate throughput", caption, _png(fig))
 
@@ -735,7 +744,7 @@ SECTIONS = (
     ("fleet_nodes", "Nodes vs fleet median"),
     ("runs", "Runs"),
 )
-OPEN_ROWS = 12        # tables longer than this start collapsed
+OPEN_ROWS = 8         # tables longer than this start collapsed
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:1.5em auto;max-width:1280px;padding:0 1em;
