@@ -50,16 +50,29 @@ class _NotReady(Exception):
 
 
 def _copy_masked(pipe, log, hide: list[str]) -> None:
-    """The server's output, line by line, into its log with every secret value masked; ends with the pipe."""
+    """The server's output, line by line, into its log with every secret value masked; ends with the pipe.
+    A log that cannot be written (its disk full or gone) drops the output but keeps draining the pipe: the
+    server never blocks on a full pipe or dies of a closed one."""
     try:
         for line in iter(pipe.readline, b""):
-            log.write(secrets.mask(line.decode(errors="replace"), hide).encode())
-            log.flush()
-    except (OSError, ValueError):
-        pass   # the log's disk is full or gone: the server keeps running, its output is dropped
+            if log is None:
+                continue
+            try:
+                log.write(secrets.mask(line.decode(errors="replace"), hide).encode())
+                log.flush()
+            except (OSError, ValueError):
+                log = _close_quietly(log)
     finally:
         pipe.close()
-        log.close()
+        _close_quietly(log)
+
+
+def _close_quietly(log) -> None:
+    try:
+        if log is not None:
+            log.close()
+    except OSError:
+        pass
 
 
 @ray.remote(num_cpus=0)

@@ -136,3 +136,16 @@ def test_folder_made_read_only_mid_run(small_fs, ray_local, emulator_factory, tm
     rows = _check_folder(results)
     assert 2 <= rows["steps"] < 6 and rows["requests"] >= 16
     assert os.statvfs(small_fs).f_flag & os.ST_RDONLY
+
+
+def test_a_server_whose_log_disk_is_full_keeps_running(tmp_path):
+    """The pump between a launched server's output and its log, writing to /dev/full (every write: ENOSPC):
+    it keeps draining, so a server printing 4 MiB (64 x a pipe's buffer) is neither blocked nor killed."""
+    from loadgen.servers import _copy_masked
+    server = subprocess.Popen([sys.executable, "-c", "import sys\nfor _ in range(4096): print('x' * 1023)\n"
+                               "print('done', file=sys.stderr)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pump = threading.Thread(target=_copy_masked, args=(server.stdout, open("/dev/full", "ab"), []), daemon=True)
+    pump.start()
+    assert server.wait(30) == 0 and server.stderr.read() == b"done\n"
+    pump.join(10)
+    assert not pump.is_alive()
