@@ -47,6 +47,7 @@ class Report:
     data: dict[str, Rows]
     slo: dict[str, float]
     incomplete_steps: Rows
+    with_server_info: set[tuple[str, str]]   # (run_id, target) whose steps recorded /get_server_info
 
     def __post_init__(self) -> None:
         self.multi_run = len(self.data["runs"]) > 1
@@ -96,9 +97,11 @@ def load_report(results_dir: str | Path, run_ids: list[str] | None = None) -> Re
     incomplete = con.execute(
         "SELECT run_id, step_id, target, concurrency, rate, step_status FROM step_info "
         "WHERE step_status IS DISTINCT FROM 'complete' ORDER BY run_id, step_id, target").fetchall()
+    with_info = set(con.execute("SELECT DISTINCT run_id, target FROM steps WHERE server_info IS NOT NULL")
+                    .fetchall())
     return Report(data, slo,
                   [dict(zip(("run_id", "step_id", "target", "concurrency", "rate", "step_status"), r))
-                   for r in incomplete])
+                   for r in incomplete], with_info)
 
 
 def _spread_unknown(row: dict) -> dict:
@@ -144,7 +147,7 @@ def _pct(value: float | None) -> str:
 
 @dataclass
 class Finding:
-    """One point of the verdict: kind is answer | capacity | conditions | warning; lead is its headline."""
+    """One point of the verdict: kind is answer | capacity | conditions | like | warning; lead: its headline."""
 
     kind: str
     text: str
@@ -180,8 +183,8 @@ def _comparison_findings(report: Report) -> list[Finding]:
         known = [r for r in rows if r["tok_s_change_pct"] is not None]
         if not known:
             continue
-        stretches = _sign_stretches(known)
-        lead = f"{other} vs {base}: " + _order_text(stretches) + "."
+        stretches = _sign_stretches([r for r in known if r["tok_s_change_pct"] != 0])
+        lead = f"{other} vs {base}: " + (_order_text(stretches) if stretches else "equal at every level") + "."
         text = f"Aggregate tok/s {rows[0]['target']} vs {rows[0]['baseline_target']}: " + "; ".join(
             f"{_pct(r['tok_s_change_pct'])} at {_level_text(r)}" for r in known) + "."
         flips = [f"{_level_text(_previous(c))} and {_level_text(c)}" for c in crossings[pair]]
@@ -287,8 +290,14 @@ def _confounder_findings(report: Report) -> list[Finding]:
         findings.append(Finding("conditions", "; ".join(items) + ". Part of the difference may come from "
                                 "these settings, not from speculative decoding.",
                                 f"Unequal conditions, {other} vs {base}:"))
-    if comparison_pairs(report) and not findings:
-        findings.append(Finding("conditions", "no recorded server setting (KV pool, memory fraction, flags, "
+    unrecorded = sorted({t for run, base, _, other, _ in comparison_pairs(report) for t in (base, other)
+                         if (run, t) not in report.with_server_info})
+    if unrecorded:
+        findings.append(Finding("conditions", f"{', '.join(unrecorded)} recorded no server settings "
+                                "(not SGLang's /get_server_info), so unequal conditions cannot be ruled out.",
+                                "Server settings unknown:"))
+    elif comparison_pairs(report) and not findings:
+        findings.append(Finding("like", "no recorded server setting (KV pool, memory fraction, flags, "
                                 "version, model) differs between the compared series besides the speculative "
                                 "ones.", "Like for like:"))
     return findings
@@ -297,6 +306,10 @@ def _confounder_findings(report: Report) -> list[Finding]:
 SETTING_NAMES = {"max_total_num_tokens": "KV pool (max_total_num_tokens, tokens)",
                  "mem_fraction_static": "memory fraction (mem_fraction_static)", "version": "server version",
                  "model_path": "model (model_path)"}
+
+
+def _span(values: list) -> str:
+    return f"{values[0]}" if len(values) == 1 else f"{values[0]} to {values[-1]}"
 
 
 def _short(value: str, limit: int = 40) -> str:
@@ -319,7 +332,7 @@ def _warnings(report: Report) -> list[Finding]:
     if small:
         steps = len([r for r in data["latency_by_concurrency"] if r["metric"] == "ttft_ms"])
         found.append(f"Small samples: {len(small)} of {steps} steps measured fewer than {SMALL_SAMPLE} requests "
-                     f"(n = {min(r['n'] for r in small)} to {max(r['n'] for r in small)}): their latency "
+                     f"(n = {_span(sorted({r['n'] for r in small}))}): their latency "
                      "percentiles rest on few requests (n is written beside them in the plots; p99 is then "
                      "about the maximum).")
     for s in report.incomplete_steps:
@@ -717,8 +730,8 @@ def fleet_plot(report: Report) -> Plot | None:
                 "same configuration and level; grey: within 15% (fleet_nodes' default outlier threshold).", _png(fig))
 
 
-PLOTS = (throughput_plot, change_plot, pareto_plot, latency_plot, acceptance_plot, position_plot, errors_plot,
-         probes_plot, fleet_plot)
+PLOTS = (throughput_plot, change_plot, probes_plot, pareto_plot, latency_plot, acceptance_plot, position_plot,
+         errors_plot, fleet_plot)
 
 
 def plots(report: Report) -> list[Plot]:
@@ -753,7 +766,7 @@ h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.2em;margin-top:1.5em;border-bott
 .sub{color:#555;margin:0 0 1em}
 .verdict{border:2px solid #1f77b4;border-radius:6px;padding:.6em 1.2em;background:#f5f9fd}
 .verdict h2{border:none;margin:.2em 0}.verdict ul{margin:.3em 0;padding-left:1.2em}.verdict li{margin:.25em 0}
-li.warning{color:#7a4b00}li.conditions{color:#8a1c1c}
+li.warning{color:#7a4b00}li.conditions{color:#8a1c1c}li.like{color:#1d6b1d}
 .badge{background:#b00;color:#fff;border-radius:3px;padding:0 .4em;font-size:.7em;vertical-align:middle}
 .plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:1em}
 figure{margin:0}figure.wide{grid-column:1/-1}img{max-width:100%}

@@ -20,7 +20,8 @@ WITH leaves AS (
            if(j.type = 'VARCHAR', j.value ->> '$', j.value::VARCHAR) AS value
     FROM steps s, json_tree(s.server_info) j
     WHERE s.server_info IS NOT NULL AND j.type <> 'OBJECT' AND NOT j.fullkey LIKE '%]'
-      AND NOT regexp_matches(j.fullkey, '^\$\.(internal_states|host$|port$|random_seed$|startup_time$|emulator\.seed$|emulator\.algorithm_profile$|emulator\.dflash_version$)')
+      AND NOT regexp_matches(j.fullkey, '^\$\.(internal_states|host$|port$|random_seed$|startup_time$)')
+      AND j.fullkey NOT IN ('$.emulator.seed', '$.emulator.algorithm_profile', '$.emulator.dflash_version')
       AND NOT regexp_matches(j.fullkey, 'speculative|draft')
 ), settings AS (
     SELECT run_id, target, algorithm, draft_tokens, setting, string_agg(DISTINCT value, ' | ' ORDER BY value) AS value

@@ -314,3 +314,14 @@ def test_seed_sweep_report_in_chromium(ray_local, tmp_path):
     text = html_path.read_text()
     assert "EMULATED" in text and "<b>dflash2 (DFLASH) vs mtp (NEXTN):" in text and "noise is unknown" in text
     assert "KV pool (max_total_num_tokens, tokens): 321600 vs 400000" in text   # the emulated DFlash2's smaller pool
+
+
+@needs_chromium
+def test_the_browser_check_sees_console_errors_and_outside_requests(tmp_path):
+    """The harness itself: a page that logs an error and asks 127.0.0.1 for an image fails both checks."""
+    page = tmp_path / "bad.html"
+    page.write_text("<!doctype html><html><body><div class='verdict'>v</div>"
+                    "<script>console.error('boom')</script><img src='http://127.0.0.1:9/x.png'></body></html>")
+    seen = visit(page, tmp_path)
+    assert any("boom" in e for e in seen.errors)
+    assert "http://127.0.0.1:9/x.png" in seen.requests
