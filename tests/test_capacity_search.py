@@ -1,0 +1,110 @@
+"""The capacity search against emulators whose capacity is known: with --max-running-requests K, a request
+beyond K waits for a slot and its TTFT jumps by a large part of a whole response, so at a TTFT line between the
+two the capacity is exactly K. The search must find K for each target (searched on its own results while both
+share the steps), a grid over the same levels must give the same answer, and an open-loop search must stop where
+the queue starts (Little's law: in flight = rate x time in system)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadgen import analysis
+from loadgen.config import parse_experiment
+from loadgen.runner import run_experiment
+
+TOKENS = 64          # a response takes ~0.7 s at time-scale 10: a queued request waits a good part of that
+SLO = {"ttft_ms": 200, "attainment": 0.8}   # TTFT stays under ~130 ms up to C = K (prefill with a full batch)
+
+
+def _emulator_flags(k: int) -> list[str]:
+    return ["--model-path", "m", "--max-running-requests", str(k), "--time-scale", "10", "--seed", str(k)]
+
+
+def _run(targets: dict[str, str], load: dict, results: Path) -> tuple[str, list[dict]]:
+    exp = parse_experiment({
+        "run": {"name": "capacity"},
+        "load": {"warmup_s": 0.5, "measure_s": 1.0, "drain_timeout_s": 30.0, **load},
+        "slo": SLO,
+        "prompts": {"seed": 5, "max_new_tokens": TOKENS},
+        "targets": [{"name": name, "url": url} for name, url in targets.items()],
+    }, Path("."))
+    outcome = run_experiment(exp, str(results), log=lambda *a: None)
+    assert outcome.status == "complete", outcome.reason
+    con = analysis.open_results(results, [outcome.run_id])
+    return outcome.run_id, analysis.run_query(con, "capacity").to_pylist()
+
+
+@pytest.fixture(scope="module")
+def servers(ray_local, emulator_factory):
+    with emulator_factory(*_emulator_flags(2)) as k2, emulator_factory(*_emulator_flags(4)) as k4:
+        yield {"k2": k2, "k4": k4}
+
+
+@pytest.fixture(scope="module")
+def search(servers, tmp_path_factory):
+    results = tmp_path_factory.mktemp("search")
+    run_id, rows = _run(servers, {"search": "capacity", "search_min": 1, "search_max": 16}, results)
+    return results, run_id, {r["target"]: r for r in rows}
+
+
+def test_search_finds_each_targets_known_capacity(search):
+    _, _, capacity = search
+    for name, k in (("k2", 2), ("k4", 4)):
+        row = capacity[name]
+        assert (row["capacity"], row["first_fail"]) == (k, k + 1), row
+        assert row["capacity_low"] <= k <= row["capacity_high"], row
+        assert row["emulated"] is True and row["tok_s"] > 0 and row["user_tok_s"] > 0
+
+
+def test_search_probes_are_ordinary_steps_with_their_reasons(search):
+    results, run_id, _ = search
+    con = analysis.open_results(results, [run_id])
+    probes = con.execute("SELECT target, concurrency, probe FROM steps ORDER BY step_id").fetchall()
+    k2 = [(c, p) for t, c, p in probes if t == "k2"]
+    assert k2[0] == (1, "start at search_min") and k2[1] == (2, "up from a pass at 1")
+    assert (3, "bisect between a pass at 2 and a fail at 4") in k2
+    # both targets ran in the same steps while both were searching, each at its own level
+    shared = con.execute("SELECT count(*) FROM (SELECT step_id FROM steps GROUP BY step_id "
+                         "HAVING count(DISTINCT target) = 2 AND count(DISTINCT concurrency) = 2)").fetchall()
+    assert shared[0][0] >= 1
+    # every query reads the probes like any step
+    rows = analysis.run_query(con, "throughput_by_concurrency").to_pylist()
+    assert {(r["target"], r["concurrency"]) for r in rows} == {(t, c) for t, c, _ in probes}
+
+
+def test_each_probe_measured_enough_requests_for_a_clear_call(search):
+    results, run_id, _ = search
+    con = analysis.open_results(results, [run_id])
+    goodput = analysis.run_query(con, "goodput").to_pylist()
+    assert all(g["measured"] >= 16 for g in goodput), goodput   # 1.96^2 x 0.8 / 0.2 -> 16 requests
+    assert all(g["clear"] for g in goodput if g["concurrency"] in (1, 2)), goodput
+
+
+def test_a_grid_over_the_same_levels_gives_the_same_answer(servers, search, tmp_path):
+    _, _, searched = search
+    _, rows = _run(servers, {"concurrency": [1, 2, 3, 4, 5, 6], "min_measured_requests": 16}, tmp_path)
+    grid = {r["target"]: r for r in rows}
+    for name in ("k2", "k4"):
+        assert (grid[name]["capacity"], grid[name]["first_fail"]) == (
+            searched[name]["capacity"], searched[name]["first_fail"]), (grid[name], searched[name])
+
+
+def test_open_loop_search_stops_where_the_queue_starts(servers, tmp_path):
+    """Constant arrivals at rate r with a response taking s seconds keep r x s requests in service (Little's
+    law): past r = K / s they queue and TTFT fails. With s0, the unloaded response time at the lowest rate, the
+    capacity rate must be near K / s0 (batching makes s grow with load, so K / s0 is the upper estimate; the
+    80% attainment lets a little queueing pass)."""
+    k4 = {"k4": servers["k4"]}
+    load = {"mode": "open", "arrival": "constant", "max_in_flight": 64, "search": "capacity",
+            "search_min": 1.0, "search_max": 32.0, "search_tolerance": 0.15}
+    run_id, [row] = _run(k4, load, tmp_path)
+    con = analysis.open_results(tmp_path, [run_id])
+    [(s0,)] = con.execute("SELECT median(m.e2e_ms) / 1000 FROM measured m JOIN step_info s "
+                          "USING (run_id, step_id, target) WHERE m.status = 'ok' AND s.rate = 1").fetchall()
+    saturation = 4 / s0
+    assert row["capacity"] is not None and row["first_fail"] is not None, row
+    assert row["first_fail"] / row["capacity"] - 1 <= 0.15 + 1e-3
+    assert 0.7 * saturation <= row["capacity"] <= 1.2 * saturation, (row, saturation)
+    assert row["first_fail"] > 0.85 * saturation, (row, saturation)
