@@ -6,6 +6,7 @@ silently ignored is a wrong experiment that looks right).
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import tomllib
@@ -96,7 +97,9 @@ class StrictTable:
         if name not in self.data:
             if default is ...:
                 where = f"[{self.key}]" if self.key else "the file"
-                raise ConfigError(key, "is required", f"add `{name} = ...` to {where}")
+                close = difflib.get_close_matches(name, set(self.data) - self.used, n=1)
+                fix = f"did you mean `{name}` for `{close[0]}`?" if close else f"add `{name} = ...` to {where}"
+                raise ConfigError(key, "is required", fix)
             return default
         value = self.data[name]
         kinds = kind if isinstance(kind, tuple) else (kind,)
@@ -104,7 +107,9 @@ class StrictTable:
             value = float(value)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
-            raise ConfigError(key, f"must be {names}, got {type(value).__name__} {value!r}")
+            scalar = isinstance(value, (bool, int, float, str))
+            fix = f"write `{name} = [{_toml(value)}]`" if list in kinds and scalar else ""
+            raise ConfigError(key, f"must be {names}, got {type(value).__name__} {value!r}", fix)
         return value
 
     def positive(self, name: str, default: float, allow_zero: bool = False) -> float:
@@ -117,8 +122,17 @@ class StrictTable:
     def done(self) -> None:
         unknown = sorted(set(self.data) - self.used)
         if unknown:
+            close = difflib.get_close_matches(unknown[0], self.used, n=1)
             known = ", ".join(sorted(self.used))
-            raise ConfigError(self._key(unknown[0]), "unknown key", f"known keys here: {known}")
+            fix = f"did you mean `{close[0]}`? (known keys here: {known})" if close else f"known keys here: {known}"
+            raise ConfigError(self._key(unknown[0]), "unknown key", fix)
+
+
+def _toml(value: bool | int | float | str) -> str:
+    """A scalar as TOML writes it (for a fix the user can paste)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
 def load_experiment(path: str | Path) -> Experiment:

@@ -150,3 +150,27 @@ def test_shipped_experiments_are_valid():
     for path in sorted((REPO / "jobs" / "experiments").glob("*.toml")):
         exp = load_experiment(path)
         assert exp.targets, path
+
+
+def test_misspelt_key_gets_a_did_you_mean(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_text('[load]\nconcurency = [1, 2]\n[[targets]]\nname = "a"\nurl = "http://127.0.0.1:30000"\n')
+    with pytest.raises(ConfigError) as err:   # a required key misspelt: named where it is missing
+        load_experiment(path)
+    assert err.value.key == "load.concurrency"
+    assert "did you mean `concurrency` for `concurency`?" in str(err.value), str(err.value)
+    with pytest.raises(ConfigError) as err:   # an optional one: named as unknown
+        parse_experiment(_with("load.measure_ss", 5.0), REPO)
+    assert err.value.key == "load.measure_ss"
+    assert "did you mean `measure_s`?" in str(err.value), str(err.value)
+
+
+def test_a_scalar_where_a_list_is_expected_shows_the_list(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_text('[load]\nconcurrency = 4\n[[targets]]\nname = "a"\nurl = "http://127.0.0.1:30000"\n')
+    with pytest.raises(ConfigError) as err:
+        load_experiment(path)
+    assert err.value.key == "load.concurrency"
+    assert "(fix: write `concurrency = [4]`)" in str(err.value), str(err.value)
+    with pytest.raises(ConfigError, match=r'write `concurrency = \["1,2"\]`'):
+        parse_experiment(_with("load.concurrency", "1,2"), REPO)
