@@ -4,6 +4,7 @@
 # user's cache folder, keyed by version, so a second run only checks that they are there (seconds).
 #
 #   .ci/build-llama-server.sh            # build or reuse; prints two lines: LLAMA_SERVER=... and LLAMA_MODEL=...
+#   .ci/build-llama-server.sh --reuse-only   # never build (exit 1 with the reason when there is no binary)
 #
 # Cold: ~6-7 min on 2 cores (cmake + ninja, -j2, only the llama-server target). The tests read the same paths
 # through tests/conftest.py's `llama_server_bin` fixture (or LOADGEN_LLAMA_SERVER / LOADGEN_LLAMA_MODEL).
@@ -50,6 +51,9 @@ EOF
 fi
 
 # ---- the server ---------------------------------------------------------------------------------------------
+if [[ ! -x "$BIN" && "${1:-}" == "--reuse-only" ]]; then
+  log "not built: $(cat "$SERVER_DIR/build-failed.txt" 2>/dev/null || echo "run .ci/build-llama-server.sh")"; exit 1
+fi
 if [[ ! -x "$BIN" ]]; then
   for tool in cmake ninja c++; do
     command -v "$tool" >/dev/null || { echo "missing build tool: $tool" > "$SERVER_DIR/build-failed.txt"; log "missing $tool"; exit 1; }

@@ -112,6 +112,8 @@ class LoadWorker:
         self.flavor: str | None = None if target.flavor == "auto" else target.flavor
         self.adapter = adapter_for(target.flavor) if self.flavor else None
         self.options: OpenAIOptions | None = None  # openai-*: set by preflight/configure before any load
+        self.identity: dict | None = None  # loadgen.serverid's answer (first worker of a target: preflight)
+        self.warned_early_stop = False     # a server that ignores ignore_eos is named once (per worker)
         self.endpoint = Endpoint(target.url, self.api_key)
         self.frames = FrameBuffer()
         self.finished: list[StreamState] = []
@@ -311,8 +313,23 @@ class LoadWorker:
             if state.phase == "measure":  # close_window may have moved it to the drain meanwhile
                 self.measure_open -= 1
             self.outcomes[state.status] = self.outcomes.get(state.status, 0) + 1
+            if state.finish_reason == "stop" and self.sampling.ignore_eos and not self.warned_early_stop:
+                self._warn_early_stop(state)
             self.finished.append(state)
         return state.status
+    def _warn_early_stop(self, state: StreamState) -> None:
+        """ignore_eos was sent, yet the server stopped: the workload is not the one asked for (shorter outputs).
+        Said once in the run's output (Ray forwards a worker's stdout to the driver); queries/workload_check.sql
+        counts every such request."""
+        if state.completion_tokens is not None and state.completion_tokens >= self.sampling.max_new_tokens:
+            return
+        self.warned_early_stop = True
+        server = (self.identity or {}).get("server") or "the server"
+        print(f"warning: target {self.target.name} ({server}) ended request {state.request_id} with 'stop' after "
+              f"{state.completion_tokens} of {self.sampling.max_new_tokens} tokens although ignore_eos was sent: it "
+              "ignores ignore_eos, so outputs are shorter than asked (loadgen query workload_check; or run with "
+              "--no-ignore-eos / prompts.ignore_eos = false)", flush=True)
+
 
     async def close_window(self, t_end_ns: int) -> None:
         """The driver ends a closed-loop window (it lasts until enough requests were sent in it): requests

@@ -1,9 +1,12 @@
 -- throughput_by_concurrency: output throughput per step.
 --
---   tok_s     aggregate output tok/s: sum(frames.tokens) of frames whose arrival t_ns lies inside the
+--   tok_s     aggregate output tok/s: the tokens of frames whose arrival t_ns lies inside the
 --             measurement window [t_measure_start_ns, t_measure_end_ns), of ANY request in any phase and
---             status (the server produced those tokens in the window), / window seconds.
---             NULL when the step has frames but the server never said how many tokens they carried.
+--             status (the server produced those tokens in the window), / window seconds. A frame's tokens
+--             are the server's per-frame count, else its request's usage total spread over its frames, else 1
+--             where the server streams one token per event (llama.cpp): `token_method` says which
+--             (views.sql window_tokens). 0 when no frame arrived in the window; NULL when some frame's tokens
+--             cannot be known (frames_unknown_tokens > 0), never a partial sum.
 --   tok_s_ok  the same counting only frames of requests that finished ok.
 --   req_s     measured (phase 'measure') requests that finished ok / window seconds.
 --   decode_tok_s_p50/p90/p99  per-request decode rate 1 / TPOT, TPOT = (t_last - t_first) /
@@ -14,7 +17,7 @@ SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency
        round(t.tok_s, 2) AS tok_s, round(t.tok_s_ok, 2) AS tok_s_ok, round(t.req_s, 3) AS req_s,
        round(d.s.q[1], 2) AS decode_tok_s_p50, round(d.s.q[2], 2) AS decode_tok_s_p90,
        round(d.s.q[3], 2) AS decode_tok_s_p99,
-       t.window_frames, t.frames_unknown_tokens,
+       t.window_frames, t.frames_unknown_tokens, t.token_method,
        s.emulated
 FROM step_info s
 JOIN step_throughput t USING (run_id, step_id, target)

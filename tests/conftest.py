@@ -141,3 +141,14 @@ def submit_job(address: str, entrypoint: list[str], timeout_s: float = 240,
         if "No available agent to submit job" not in job.stderr or time.monotonic() > deadline:
             return job
         time.sleep(1)
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> tuple[str, str]:
+    """(llama-server binary, GGUF model): built or reused from the cache by .ci/build-llama-server.sh
+    (tests/llamaserver.py); the test skips, naming the reason, only when the build is impossible here."""
+    from llamaserver import llama_server_paths
+    paths = llama_server_paths()
+    if isinstance(paths, str):
+        pytest.skip(paths)
+    return paths

@@ -27,7 +27,8 @@ def llama_server_paths() -> tuple[str, str] | str:
     if binary and model:
         return binary, model
     try:
-        out = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        reuse = ["--reuse-only"] if os.environ.get("LOADGEN_LLAMA_REUSE_ONLY") == "1" else []  # .ci/run built it
+        out = subprocess.run(["bash", str(SCRIPT), *reuse], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"llama-server could not be built: {exc}"
     found = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)

@@ -29,18 +29,10 @@ from loadgen.config import parse_experiment
 from loadgen.runner import run_experiment
 
 from conftest import serve_app
-from llamaserver import LlamaServer, llama_server_paths
+from llamaserver import LlamaServer
 
 MAX_TOKENS = 40
 LEVELS = {1: 4, 3: 6}   # concurrency -> requests (a counted run: all measured)
-
-
-@pytest.fixture(scope="session")
-def llama_server_bin() -> tuple[str, str]:
-    paths = llama_server_paths()
-    if isinstance(paths, str):
-        pytest.skip(paths)
-    return paths
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,47 @@
+-- workload_check: did the server run the workload that was asked for? One row per step and target.
+--
+--   server              who served it (steps.server_info's `server`; 'sglang' for steps written before)
+--   ok_requests         measured ok requests
+--   asked_ignore_eos    the run sent ignore_eos (runs.config prompts.ignore_eos; loadgen run --no-ignore-eos
+--                       turns it off)
+--   early_stops         of those, requests that ended with finish_reason 'stop' (loadgen sends no stop strings,
+--                       so with ignore_eos a request ends by 'length'): the server ignored ignore_eos (the
+--                       outputs, and so throughput and TPOT, are not the workload asked for)
+--   prompt_tokens / cached_tokens   sums over the measured ok requests that report them (usage
+--                       prompt_tokens_details.cached_tokens; llama.cpp timings.cache_n)
+--   cached_pct          100 * cached / prompt tokens: a prefix served from the server's cache instead of computed
+--                       (loadgen asks llama.cpp for cache_prompt false and flushes SGLang's cache between steps)
+--   flags               'ignores ignore_eos' when early_stops > 0 while ignore_eos was asked;
+--                       'prompt cache hits' when cached_pct > max_cached_pct (default 5; SET VARIABLE
+--                       max_cached_pct = 20 in duckdb); NULL when neither
+WITH cfg AS (
+    SELECT run_id,
+           coalesce(try_cast(json_extract_string(config, '$.prompts.ignore_eos') AS BOOLEAN), true) AS ignore_eos
+    FROM runs
+), per_step AS (
+    SELECT r.run_id, r.step_id, r.target,
+           count(*) AS ok_requests,
+           count(*) FILTER (r.finish_reason = 'stop') AS stops,
+           sum(r.prompt_tokens) FILTER (r.cached_tokens IS NOT NULL) AS prompt_tokens,
+           sum(r.cached_tokens) AS cached_tokens,
+           any_value(c.ignore_eos) AS ignore_eos
+    FROM requests r LEFT JOIN cfg c USING (run_id)
+    WHERE r.phase = 'measure' AND r.status = 'ok'
+    GROUP BY ALL
+)
+SELECT s.run_id, s.step_id, s.target,
+       coalesce(json_extract_string(st.server_info, '$.server'), 'sglang') AS server,
+       s.concurrency, s.rate, s."repeat",
+       p.ok_requests, p.ignore_eos AS asked_ignore_eos,
+       CASE WHEN p.ignore_eos THEN p.stops ELSE 0 END AS early_stops,
+       p.prompt_tokens, p.cached_tokens,
+       round(100 * p.cached_tokens / nullif(p.prompt_tokens, 0), 1) AS cached_pct,
+       nullif(concat_ws(', ',
+           CASE WHEN p.ignore_eos AND p.stops > 0 THEN 'ignores ignore_eos' END,
+           CASE WHEN 100 * p.cached_tokens / nullif(p.prompt_tokens, 0)
+                     > coalesce(getvariable('max_cached_pct'), 5) THEN 'prompt cache hits' END), '') AS flags,
+       s.emulated
+FROM step_info s
+JOIN steps st ON st.run_id = s.run_id AND st.step_id = s.step_id AND st.target = s.target
+LEFT JOIN per_step p ON p.run_id = s.run_id AND p.step_id = s.step_id AND p.target = s.target
+ORDER BY s.run_id, s.target_index, s.target, s.concurrency, s.rate, s."repeat", s.step_id;
