@@ -16,8 +16,9 @@
 # line or in the environment. The dashboard listens on DASHBOARD_HOST (default 0.0.0.0: `ray job submit` from
 # another machine), which the token protects; DASHBOARD_HOST=127.0.0.1 keeps it on the head only.
 #
-# Every Spark needs the same checkout/venv (the job ships the code, not the models), the target model and
-# drafts at the paths the profiles name (/models/...), and sglang installed. Secrets of the servers (their
+# Every Spark needs the same checkout/venv (the job ships the code, not the models; install it with the exact
+# versions: python3 -m pip install -c constraints.txt -e '.[sglang]'), the target model and drafts at the paths
+# the profiles name (/models/...), and sglang installed. Secrets of the servers (their
 # api-key, HF_TOKEN for the hub) come from the environment of `ray start` or files on each Spark, never from
 # the profiles (README: "Securing a fleet").
 set -euo pipefail

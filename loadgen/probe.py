@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from loadgen.errors import TargetError
@@ -128,28 +129,15 @@ async def metrics_samples(session: aiohttp.ClientSession, url: str,
 
 
 def parse_prometheus(text: str) -> list[tuple[str, float, dict]]:
-    """Prometheus text format -> (name, value, labels); `_bucket` series are left out (too many rows)."""
+    """Prometheus text format -> (name, value, labels), with prometheus_client's parser (quoted label values
+    with commas, escapes, sample timestamps); `_bucket` series are left out (too many rows). A malformed line
+    ends the parse: the samples before it are kept."""
     out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, value_text = line.rpartition(" ")
-        if "{" in head:
-            name, _, label_text = head.partition("{")
-            labels = dict(_label(pair) for pair in label_text.rstrip("}").split(",") if "=" in pair)
-        else:
-            name, labels = head, {}
-        if not name or name.endswith("_bucket"):
-            continue
-        try:
-            value = float(value_text)
-        except ValueError:
-            continue
-        if math.isfinite(value):
-            out.append((name.strip(), value, labels))
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if not sample.name.endswith("_bucket") and math.isfinite(sample.value):
+                    out.append((sample.name, float(sample.value), dict(sample.labels)))
+    except ValueError:
+        pass
     return out
-
-
-def _label(pair: str) -> tuple[str, str]:
-    key, _, value = pair.partition("=")
-    return key.strip(), value.strip().strip('"')
