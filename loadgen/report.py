@@ -160,8 +160,8 @@ class Finding:
 def verdict(report: Report) -> list[Finding]:
     """The answer in words: per comparison who is faster where, the crossover and what is not known;
     capacity at the SLO; server settings that differ; warnings a reader must see before trusting it."""
-    return (_comparison_findings(report) + _capacity_findings(report) + _confounder_findings(report)
-            + _warnings(report))
+    return (_comparison_findings(report) + _capacity_findings(report) + _fleet_findings(report)
+            + _confounder_findings(report) + _warnings(report))
 
 
 def comparison_pairs(report: Report) -> dict[tuple, Rows]:
@@ -273,6 +273,26 @@ def _capacity_findings(report: Report) -> list[Finding]:
         findings.append(Finding("capacity", text + "."))
     head = f"SLO: {slo_text(report.slo)}."
     return [Finding("capacity", head)] + (findings or [Finding("capacity", "No capacity rows for this SLO.")])
+
+
+def _fleet_findings(report: Report) -> list[Finding]:
+    """Fleet runs: the nodes fleet_nodes flags as off their peers' median, or that none is."""
+    rows = report.data["fleet_nodes"]
+    if not rows:
+        return []
+    off: dict[tuple[str, str], Rows] = defaultdict(list)
+    for r in rows:
+        if r["outlier"]:
+            off[(r["node"], r["configuration"])].append(r)
+    if not off:
+        return [Finding("like", "every node is within the outlier threshold of its peers' median (fleet_nodes).",
+                        "Fleet:")]
+    findings = []
+    for (node, config), nrows in off.items():
+        changes = ", ".join(f"{_pct(r['tok_s_vs_fleet_pct'])} at {_level_text(r)}" for r in nrows)
+        findings.append(Finding("warning", f"aggregate tok/s {changes} against the median of its peers "
+                                "(flagged by fleet_nodes).", f"Node {node} is off the fleet in {config}:"))
+    return findings
 
 
 def _confounder_findings(report: Report) -> list[Finding]:
@@ -698,9 +718,15 @@ def probes_plot(report: Report) -> Plot | None:
         if cap is not None:
             ax.axhline(cap, color="#2ca02c", linestyle="--", linewidth=1)
         ax.set_xlabel("probe (in the order it ran)")
+        ax.set_xticks(xs)
         ax.set_yscale("log", base=2)
+        levels = sorted({_level(r) for r in srows})
+        ax.set_yticks(levels, [f"{v:g}" for v in levels])
+        ax.minorticks_off()
 
-    fig = _small_multiples(report, rows, draw, "load level probed", sharey=False)
+    open_loop = any(r.get("concurrency") is None for r in rows)
+    fig = _small_multiples(report, rows, draw, "rate probed (req/s)" if open_loop else "concurrency probed",
+                           sharey=False)
     return Plot("Capacity search", "Each probe of the search: green passed the SLO, red failed, grey not judged; "
                 "the dashed line is the capacity found.", _png(fig))
 
@@ -730,8 +756,8 @@ def fleet_plot(report: Report) -> Plot | None:
                 "same configuration and level; grey: within 15% (fleet_nodes' default outlier threshold).", _png(fig))
 
 
-PLOTS = (throughput_plot, change_plot, probes_plot, pareto_plot, latency_plot, acceptance_plot, position_plot,
-         errors_plot, fleet_plot)
+PLOTS = (throughput_plot, change_plot, probes_plot, fleet_plot, pareto_plot, latency_plot, acceptance_plot,
+         position_plot, errors_plot)
 
 
 def plots(report: Report) -> list[Plot]:

@@ -148,8 +148,12 @@ def test_fleet_report_shows_nodes_against_the_fleet_median(tmp_path):
         add_series(r, "fleet", f"{node}.mtp", i, "NEXTN", {1: [tok_s / 4], 4: [tok_s]})
         for step in r.rows["steps"]:
             step.setdefault("node", node)
-    titles = [p.title for p in plots(load_report(r.write(tmp_path / "results")))]
-    assert "Nodes vs fleet median" in titles
+    report = load_report(r.write(tmp_path / "results"))
+    assert "Nodes vs fleet median" in [p.title for p in plots(report)]
+    md = markdown_summary(report)
+    assert "Node spark3 is off the fleet in mtp: aggregate tok/s \u221230.0% at C=1, \u221230.0% at C=4" in md
+    assert "spark1 is off" not in md and "spark2 is off" not in md
+    assert "Nodes vs fleet median" not in [p.title for p in plots(load_report(seed_like(tmp_path / "one")))]
 
 
 # ---- in a real browser -------------------------------------------------------------------------------------
