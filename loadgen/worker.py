@@ -187,7 +187,8 @@ class LoadWorker:
         spec = t.spec_details if t.spec_details is not None else sglang and _version(info["version"]) >= (0, 5, 23)
         options = OpenAIOptions(t.model or models[0], t.continuous_usage, bool(spec), sglang=sglang,
                                 server=ident.name, flavor=self.flavor,
-                                cache_prompt=ident.name != serverid.LLAMACPP)  # no prefix reuse (README)
+                                cache_prompt=ident.name != serverid.LLAMACPP,  # no prefix reuse (README)
+                                cache_salt=ident.name == serverid.VLLM)
         self.configure(options)
         return info, options
 

@@ -250,3 +250,62 @@ def test_vllm_counters_give_acceptance_in_sql(tmp_path):
     # throughput from the usage totals spread over each request's frames, labelled as such
     tp = con.execute("SELECT tok_s, tok_s_ok, token_method, frames_unknown_tokens FROM step_throughput").fetchone()
     assert tp == (160 / 1.0, 160 / 1.0, "spread", 0)   # 4 frames x 40 tokens in the 1 s window
+
+
+# ---- the adapter on llama.cpp's shapes (tools/server/server-task.cpp), without a server ------------------------
+
+def _feed(adapter, payloads):
+    from loadgen.prompts import Prompt
+    from loadgen.protocol.base import FrameBuffer, StreamState
+    state = StreamState("r1", Prompt("p", "code", "t", text="x"), "measure", 0, FrameBuffer())
+    for p in payloads:
+        adapter.on_payload(state, json.dumps(p).encode(), 1)
+    state.close(2)
+    return state
+
+
+TIMINGS = {"cache_n": 7, "prompt_n": 20, "prompt_ms": 30.0, "predicted_n": 40, "predicted_ms": 500.0,
+           "predicted_per_second": 78.0, "draft_n": 60, "draft_n_accepted": 25}
+
+
+@pytest.mark.parametrize("route", ["completions", "chat"])
+def test_timings_give_verify_steps_and_cached_tokens(route):
+    from loadgen.protocol.openai import OpenAIChatAdapter, OpenAICompletionsAdapter
+    usage = {"completion_tokens": 40, "prompt_tokens": 27}   # no prompt_tokens_details: cache_n is used
+    if route == "completions":   # finish, usage and timings on one chunk
+        adapter = OpenAICompletionsAdapter()
+        frames = [{"choices": [{"text": " a", "index": 0, "finish_reason": None}]},
+                  {"choices": [{"text": "", "index": 0, "finish_reason": "length"}], "usage": usage,
+                   "timings": TIMINGS}]
+    else:                        # chat: timings ride on the usage chunk (choices [])
+        adapter = OpenAIChatAdapter()
+        frames = [{"choices": [{"index": 0, "delta": {"content": " a"}, "finish_reason": None}]},
+                  {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+                  {"choices": [], "usage": usage, "timings": TIMINGS}]
+    state = _feed(adapter, frames)
+    assert state.status == "ok" and state.completion_tokens == 40
+    assert state.spec_verify_ct == 40 - 1 - 25       # target decode passes after the prompt pass
+    assert state.cached_tokens == 7
+    assert state.server_e2e_s == pytest.approx(0.53)
+
+
+def test_no_draft_no_spec_stats_and_usage_cached_tokens_win():
+    from loadgen.protocol.openai import OpenAICompletionsAdapter
+    timings = {k: v for k, v in TIMINGS.items() if not k.startswith("draft")}   # a server without drafting
+    usage = {"completion_tokens": 40, "prompt_tokens": 27, "prompt_tokens_details": {"cached_tokens": 3}}
+    state = _feed(OpenAICompletionsAdapter(), [
+        {"choices": [{"text": " a", "index": 0, "finish_reason": "length"}], "usage": usage, "timings": timings}])
+    assert state.spec_verify_ct is None and state.cached_tokens == 3
+
+
+def test_prompt_cache_switches_in_the_body():
+    from loadgen.prompts import Prompt
+    from loadgen.protocol.base import SamplingSpec
+    from loadgen.protocol.openai import OpenAICompletionsAdapter, OpenAIOptions
+    p, sampling = Prompt("p", "code", "t", text="x"), SamplingSpec(8)
+    llama = json.loads(OpenAICompletionsAdapter(OpenAIOptions("m", cache_prompt=False)).body("r1", p, sampling))
+    vllm = json.loads(OpenAICompletionsAdapter(OpenAIOptions("m", cache_salt=True)).body("r2", p, sampling))
+    plain = json.loads(OpenAICompletionsAdapter(OpenAIOptions("m")).body("r3", p, sampling))
+    assert llama["cache_prompt"] is False and "cache_salt" not in llama
+    assert vllm["cache_salt"] == "r2" and "cache_prompt" not in vllm
+    assert "cache_prompt" not in plain and "cache_salt" not in plain and plain["prompt"] == "x"

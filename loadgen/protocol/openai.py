@@ -38,6 +38,7 @@ class OpenAIOptions:
     server: str = "openai"          # who answers (loadgen.serverid): sglang | llama.cpp | vllm | openai
     flavor: str | None = None       # the flavour `auto` resolved to (None: the configured one)
     cache_prompt: bool = True       # llama.cpp: False sends `cache_prompt: false` (no prefix reuse)
+    cache_salt: bool = False        # vLLM: True sends the request id as `cache_salt` (no prefix shared with another)
 
 
 class _OpenAIAdapter(Adapter):
@@ -71,6 +72,8 @@ class _OpenAIAdapter(Adapter):
             body["rid"] = request_id
         if not o.cache_prompt:
             body["cache_prompt"] = False  # llama.cpp: no reuse of a slot's cached prefix (tools/server/server-schema.cpp)
+        if o.cache_salt:
+            body["cache_salt"] = request_id  # vLLM: prefix-cache blocks are keyed by the salt too (v1 engine)
         return orjson.dumps(body)
 
     def on_payload(self, state: StreamState, payload: bytes, t_ns: int) -> None:
