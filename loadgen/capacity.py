@@ -14,6 +14,8 @@ from loadgen.config import load_experiment
 from loadgen.errors import ConfigError, LoadgenError, user_message
 from loadgen.runner import run_experiment
 from loadgen.sink import check_writable
+from loadgen.slo import parse_slo_flag
+from loadgen.slo_answer import capacity_lines
 
 log = functools.partial(print, flush=True)
 
@@ -50,9 +52,11 @@ def plain_output_in_logs() -> None:
 
 
 def run_capacity(config_path: str, results: str | None, ray_address: str | None,
-                 queries: tuple[str, ...] = CAPACITY_QUERIES, fleet: bool = False) -> int:
-    """Run an experiment file end to end and print `queries`; exit code 0 only if every step completed."""
-    exp = load_experiment(config_path)   # every config error surfaces here, before Ray or any load
+                 queries: tuple[str, ...] = CAPACITY_QUERIES, fleet: bool = False, slo: str | None = None) -> int:
+    """Run an experiment file end to end and print the answer and `queries`; exit code 0 only if every step
+    completed. `slo`: the --slo flag (`ttft_ms=2000,tpot_ms=100`), over the file's [slo]."""
+    # every config error surfaces here, before Ray or any load
+    exp = load_experiment(config_path, parse_slo_flag(slo) if slo else None)
     if fleet and exp.fleet is None:
         raise ConfigError("fleet", "this experiment has no [fleet] table", "use python -m jobs.capacity for it")
     folder = results_folder(results or exp.results)
@@ -63,6 +67,8 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
     result = run_experiment(exp, str(folder), log=log)
     con = analysis.open_results(result.results_dir, [result.run_id])
     log(f"\nrun {result.run_id}: {result.status}{' - ' + result.reason if result.reason else ''}")
+    if exp.slo:
+        log("\ncapacity " + "\n".join(capacity_lines(con)))
     for query in queries:
         log(f"\n{query}:\n" + analysis.render(analysis.run_query(con, query), "table"))
     log(f"results: {result.results_dir}  (loadgen query {queries[0]} --results {result.results_dir})")
@@ -77,11 +83,13 @@ def job_main(prog: str, doc: str, queries: tuple[str, ...], fleet: bool) -> None
     parser.add_argument("--results", help="results folder (default: run.results in the file, else ./results; "
                         f"under `ray job submit`: {JOB_RESULTS} on the driver's node)")
     parser.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    parser.add_argument("--slo", metavar="LINES", help="the SLO, over the file's [slo]: e.g. "
+                        "ttft_ms=2000,tpot_ms=100,attainment=0.9 (see README, Capacity at an SLO)")
     parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     args = parser.parse_args()
     started = time.monotonic()
     try:
-        code = run_capacity(args.config, args.results, args.ray_address, queries, fleet)
+        code = run_capacity(args.config, args.results, args.ray_address, queries, fleet, args.slo)
     except LoadgenError as exc:
         print(f"error: {user_message(exc)}", file=sys.stderr, flush=True)
         sys.exit(2)

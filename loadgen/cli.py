@@ -13,7 +13,7 @@ from loadgen.errors import LoadgenError, user_message
 
 def _capacity(args: argparse.Namespace) -> int:
     from loadgen.capacity import run_capacity
-    return run_capacity(args.config, args.results, args.ray_address)
+    return run_capacity(args.config, args.results, args.ray_address, slo=args.slo)
 
 
 def _adhoc(args: argparse.Namespace) -> int:
@@ -35,6 +35,9 @@ def _adhoc(args: argparse.Namespace) -> int:
         "prompts": {"max_new_tokens": args.max_tokens, "ignore_eos": args.ignore_eos, "seed": args.seed},
         "targets": [{"name": "target", "url": args.url, "flavor": args.flavor}],
     }
+    if args.slo:
+        from loadgen.slo import parse_slo_flag
+        experiment["slo"] = parse_slo_flag(args.slo)
     if args.error_budget is not None:
         b = args.error_budget   # a flag is always a float: 5 means a count, 0.05 a share
         experiment["load"]["error_budget"] = int(b) if b.is_integer() else b
@@ -50,8 +53,11 @@ def _adhoc(args: argparse.Namespace) -> int:
     ray_setup.connect(args.ray_address)
     result = run_experiment(exp, str(folder))
     con = analysis.open_results(result.results_dir, [result.run_id])
-    for name in ("throughput_by_concurrency", "latency_by_concurrency"):
+    for name in ("throughput_by_concurrency", "latency_by_concurrency") + (("goodput",) if exp.slo else ()):
         print(analysis.render(analysis.run_query(con, name), "table"))
+    if exp.slo:
+        from loadgen.slo_answer import capacity_lines
+        print("capacity " + "\n".join(capacity_lines(con)))
     print(f"results: {result.results_dir}")
     return 0 if result.status == "complete" else 1
 
@@ -100,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", help="results folder (default: run.results in the file, else ./results; under "
                    "`ray job submit`: ~/loadgen-results on the driver's node)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--slo", metavar="LINES", help="judge each level against an SLO, e.g. "
+                   "ttft_ms=2000,tpot_ms=100,attainment=0.9 (README: Capacity at an SLO)")
     p.set_defaults(func=_capacity)
 
     p = sub.add_parser("run", help="ad-hoc run from flags: N requests at concurrency C against one URL")
@@ -128,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", help="results folder (default ./results; under `ray job submit`: "
                    "~/loadgen-results on the driver's node)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--slo", metavar="LINES", help="judge each level against an SLO, e.g. "
+                   "ttft_ms=2000,tpot_ms=100,attainment=0.9 (README: Capacity at an SLO)")
     p.set_defaults(func=_adhoc)
 
     p = sub.add_parser("query", help="run one of the SQL files in queries/ over a results folder")

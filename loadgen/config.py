@@ -135,8 +135,8 @@ def _toml(value: bool | int | float | str) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment TOML file."""
+def load_experiment(path: str | Path, slo: dict[str, float] | None = None) -> Experiment:
+    """Read and validate an experiment TOML file; `slo` (from --slo) sets or overrides lines of its [slo]."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError("--config", f"file not found: {path}", "give the path of an experiment .toml file")
@@ -144,6 +144,8 @@ def load_experiment(path: str | Path) -> Experiment:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
+    if slo:
+        data["slo"] = {**data.get("slo", {}), **slo}
     return parse_experiment(data, path.parent.resolve(), str(path))
 
 
