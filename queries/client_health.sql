@@ -9,7 +9,12 @@
 --                                      together and share one timestamp (their ITL is merged)
 --   cpu_p90_percent                    worker process CPU
 --   in_flight_share                    share of samples whose in_flight reached target_in_flight (closed
---                                      loop: the offered load really was C)
+--                                      loop: the offered load really was C), counting only the samples a
+--                                      worker took between its target_in_flight-th send and its last send
+--                                      of the step: before, its slots are still starting; after, in flight
+--                                      necessarily falls from C to 0 (a counted run's tail, --requests N), and
+--                                      neither is the client's doing. A worker without request rows: every
+--                                      sample in the window. NULL (passes) when no sample is in that span.
 --   read_together_pct                  of measured ok requests' frames after their first, the share that came
 --                                      out of one read with the previous frame (same timestamp, gap 0: their
 --                                      ITL is merged). The client read late (see read_delay) or the server
@@ -35,10 +40,19 @@ WITH w AS (
     SELECT w.run_id, w.step_id, count(c.t_ns) AS samples, count(DISTINCT c.worker) AS workers,
            quantile_cont(c.loop_lag_ms, 0.99) AS lag_p99, max(c.loop_lag_ms) AS lag_max,
            quantile_cont(c.read_delay_max_ms, 0.99) AS read_p99, max(c.read_delay_max_ms) AS read_max,
-           quantile_cont(c.cpu_percent, 0.9) AS cpu_p90,
-           avg((c.in_flight >= c.target_in_flight)::int) AS share
+           quantile_cont(c.cpu_percent, 0.9) AS cpu_p90
     FROM w LEFT JOIN client_samples c
       ON c.run_id = w.run_id AND c.step_id = w.step_id AND c.t_ns >= w.t0 AND c.t_ns < w.t1
+    GROUP BY w.run_id, w.step_id
+), sends AS (   -- each worker's send times in the step, in order
+    SELECT run_id, step_id, worker, list(coalesce(t_sent_ns, t_scheduled_ns) ORDER BY coalesce(t_sent_ns, t_scheduled_ns)) AS ts
+    FROM requests GROUP BY ALL
+), loaded AS (  -- the samples of the span where the worker's C slots were all started and still sending
+    SELECT w.run_id, w.step_id, avg((c.in_flight >= c.target_in_flight)::int) AS share
+    FROM w JOIN client_samples c
+      ON c.run_id = w.run_id AND c.step_id = w.step_id AND c.t_ns >= w.t0 AND c.t_ns < w.t1
+    LEFT JOIN sends s ON s.run_id = c.run_id AND s.step_id = c.step_id AND s.worker = c.worker
+    WHERE s.worker IS NULL OR (c.t_ns >= s.ts[greatest(c.target_in_flight, 1)] AND c.t_ns <= s.ts[-1])
     GROUP BY w.run_id, w.step_id
 ), together AS (
     SELECT run_id, step_id, 100 * avg((gap_ns = 0)::int) AS pct
@@ -52,7 +66,7 @@ WITH w AS (
                if(h.cpu_p90 > limits.cpu, format('cpu p90 {:.0f}% > {}%', h.cpu_p90, limits.cpu), NULL),
                if(h.share < limits.share, format('in flight at target in {:.0f}% of samples < {:.0f}%',
                                                  100 * h.share, 100 * limits.share), NULL)) AS failed
-    FROM h, limits
+    FROM (SELECT h.*, l.share FROM h LEFT JOIN loaded l USING (run_id, step_id)) h, limits
 )
 SELECT w.run_id, w.step_id, w.targets, w.concurrency, w.rate, w."repeat", c.samples, c.workers,
        round(c.lag_p99, 2) AS loop_lag_p99_ms, round(c.lag_max, 2) AS loop_lag_max_ms,

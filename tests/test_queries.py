@@ -197,6 +197,29 @@ def test_client_health_verdict_per_step(tmp_path):
     assert relaxed[2]["verdict"] == "ok"
 
 
+def test_client_health_ignores_the_counted_runs_tail_but_not_a_client_that_falls_short(tmp_path):
+    """--requests N: after a worker's last send its in-flight count can only fall from C to 0, and before its
+    C-th send its slots are still starting; neither is the client's doing. A dip between them still is."""
+    r = Results()
+    r.run("r")
+    for step in (1, 2):
+        r.step("r", step, "t", concurrency=4, window_ms=(step * 10_000, step * 10_000 + 5000))
+        base = step * 10_000
+        sends = [base + 100] * 4 + [base + 500 * k for k in range(1, 7)]   # C at once, then one a 0.5 s
+        for i, t in enumerate(sends):
+            r.request("r", step, "t", f"{step}-{i}", sent_ms=t, frames=[(t + 50, 1)])
+        for i in range(20):   # samples every 0.25 s; the last send is at +3.0 s, then 3, 2, 1, 0 in flight
+            t = base + i * 250
+            falling = max(4 - (i - 12), 0) if t > base + 3000 else 4
+            short = step == 2 and i in (4, 5, 6)   # step 2: the client had only 2 in flight for 0.75 s
+            r.client_sample("r", step, t_ms=t, in_flight=2 if short else (0 if i == 0 else falling),
+                            target_in_flight=4)
+    rows = {x["step_id"]: x for x in query(r.write(tmp_path), "client_health")}
+    assert (rows[1]["verdict"], rows[1]["distorted"], rows[1]["in_flight_share"]) == ("ok", False, 1.0)
+    assert rows[2]["distorted"] is True and rows[2]["verdict"] == (
+        "suspect: in flight at target in 75% of samples < 95%")   # 9 of the 12 samples from +0.25 to +3.0 s
+
+
 def test_runs_lists_each_run_with_its_series_and_levels(tmp_path):
     r = Results()
     r.run("old", started_ms=0)
