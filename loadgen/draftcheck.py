@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadgen.config.fleet import PROFILES_DIR, load_profile
+
 DFLASH1_ARCHS = ("DFlashDraftModel", "DFlashLagunaForCausalLM", "MuseGlimmerAssistantModel")
 DFLASH2_ARCHS = ("DFlash2DraftModel", "DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel")
 PAIRS = (("conv_kernel_size", "conv_group_size"), ("selector_rank", "selector_top_k"))
@@ -164,7 +166,6 @@ def run_check(path: str, expect: str | None = None, profile: str | None = None, 
     """`loadgen check-draft`: print the verdict; 1 when the draft is not `expect` or anything is wrong."""
     flags = None
     if profile is not None:
-        from loadgen.fleet import PROFILES_DIR, load_profile
         flags = load_profile(profile, PROFILES_DIR, "--profile").flags
     report = check_draft(path, flags)
     for line in report.lines():

@@ -14,10 +14,11 @@ import platform
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from loadgen.arrivals import ArrivalSpec
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, TargetConfig
 from loadgen.errors import TargetError
-from loadgen.fleet import placement_for
+from loadgen.placement import placement_for
 from loadgen.plan import Judge, PlannedStep, TargetLoad, Verdicts, make_plan, split_concurrency
 from loadgen.probe import server_info_samples
 from loadgen.prompts.mix import PromptMix
@@ -37,7 +38,7 @@ from loadgen.protocol.base import SamplingSpec
 from loadgen.secrets import masked
 from loadgen.servers import ServerProcess
 from loadgen.sink import ResultsSink, check_writable, flush
-from loadgen.worker import LoadWorker, StepSpec, TargetSpec
+from loadgen.worker import LoadWorker, PromptPool, StepSpec, TargetSpec
 
 PROMPT_POOL = 4096          # prompts per run; every step walks the same seeded sequence from its start
 START_DELAY_S = 0.5         # time for every worker to receive `start_step` before the shared start instant
@@ -111,6 +112,7 @@ class _Target:
     url: str
     workers: list
     info: dict
+    pinned: list = field(default_factory=list)   # the PromptPool its workers read from: alive while referenced
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -203,18 +205,20 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
             raise exc.as_instanceof_cause() from None
         log(f"server {name} up at {urls[name]}")
     prompts = PromptMix(exp.prompts).take(PROMPT_POOL)
+    n = exp.load.workers_per_target
+    pool_name = f"loadgen-prompts-{ctx.run_id}-{uuid.uuid4().hex[:6]}"   # one per stage
+    pool = PromptPool.options(name=pool_name).remote([prompts[i::n] for i in range(n)])
     sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature)
+    bars = sys.stdout.isatty()   # live progress bars on a terminal; in a log (`ray job logs`, a file) lines
     targets = []
     for t in stage_targets:
         spec = TargetSpec(t.name, urls[t.name], t.flavor, t.node, t.api_key_env, t.api_key_file, t.model,
                           t.continuous_usage, t.spec_details)
-        n = exp.load.workers_per_target
-        # The shards go by value, inside the creation call (up to ray_setup.INLINE_ARGUMENT_BYTES), and the sink
-        # by name: a worker can restart, and Ray logs an error for a restartable actor with arguments in the
-        # object store (a ray.put ref, an actor handle).
+        # The prompts (a PromptPool) and the sink go by name: a worker can restart, and Ray logs an error for a
+        # restartable actor with constructor arguments in the object store (a large value, a ray.put ref, a handle).
         workers = [LoadWorker.options(**placement.worker_options(t, i)).remote(
-                       f"{t.name}.w{i}", spec, prompts[i::n], sampling, _sink_name(ctx.run_id)) for i in range(n)]
-        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}))
+                       f"{t.name}.w{i}", spec, (pool_name, i), sampling, _sink_name(ctx.run_id), bars) for i in range(n)]
+        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, [pool]))
     placement.verify([(t.config, t.workers) for t in targets], dict(zip(launches, servers)), log)
     preflights = ray.get([t.workers[0].preflight.remote() for t in targets])
     for target, (info, options) in zip(targets, preflights):

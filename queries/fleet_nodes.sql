@@ -1,6 +1,6 @@
 -- fleet_nodes: every node against the fleet median, per configuration and concurrency.
 --
--- A fleet run names its targets <node>.<configuration> (loadgen.fleet); `configuration` is that suffix
+-- A fleet run names its targets <node>.<configuration> (loadgen.config.fleet); `configuration` is that suffix
 -- (the whole target name for other runs). Per node, configuration and load level, over its repeats:
 --   tok_s, accept_len    medians over repeats of the step's aggregate tok/s and acceptance length
 --                        (throughput_by_concurrency / acceptance_by_concurrency definitions)

@@ -283,7 +283,7 @@ FROM l o
 JOIN l b ON b.run_id = o.run_id AND b.is_baseline
         AND b.concurrency IS NOT DISTINCT FROM o.concurrency AND b.rate IS NOT DISTINCT FROM o.rate;
 
--- Fleet runs (loadgen.fleet) name each target <node>.<configuration>: the configuration (launch profile set)
+-- Fleet runs (loadgen.config.fleet) name each target <node>.<configuration>: the configuration (launch profile set)
 -- it ran. For targets not named that way the configuration is the target name. Used by fleet_*.sql.
 CREATE OR REPLACE VIEW fleet_targets AS
 SELECT DISTINCT run_id, target, node,

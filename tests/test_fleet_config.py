@@ -11,8 +11,8 @@ import ray
 
 from loadgen.config import load_experiment, parse_experiment
 from loadgen.errors import ConfigError, LoadgenError
-from loadgen.fleet import (FleetPlacement, Locator, emulator_flags, load_profile, PROFILES_DIR, parse_fleet,
-                           resolve_nodes)
+from loadgen.config import PROFILES_DIR, Locator, load_profile, parse_fleet
+from loadgen.placement import FleetPlacement, emulator_flags, resolve_nodes
 from loadgen.servers import ServerProcess
 
 REPO = Path(__file__).parents[1]

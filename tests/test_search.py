@@ -44,8 +44,8 @@ def test_closed_loop_search_finds_the_threshold_exactly_in_few_levels(capacity, 
     assert _capacity(verdicts) == expected
     assert len(probes) == len(set(probes))          # every level once when every call is clear
     assert all(low <= p <= high and p == int(p) for p in probes)
-    # up by doubling, then bisection: about 2 log2(high / low) levels at most
-    assert len(probes) <= 2 * math.ceil(math.log2(high / low)) + 2
+    # up by doubling (log2(high / low) levels), then bisection of a bracket at most high / 2 wide
+    assert len(probes) <= math.ceil(math.log2(high / low)) + math.ceil(math.log2(high)) + 2
 
 
 @given(st.floats(0.05, 100.0), st.floats(0.02, 0.5))

@@ -1,33 +1,20 @@
-"""Fleets: which Ray node runs each server and its load workers, and the server configurations to sweep.
-
-A fleet file (`infra/fleet-*.toml`) lists the nodes: a name, how Ray finds the node (its IP, a custom
-resource, or node labels), optionally the server endpoint, and extra server flags. An experiment's `[fleet]`
-table names the fleet file and the configurations (launch profiles, `infra/profiles/*.toml`) to sweep; every
-configuration becomes one stage of the run, with its servers restarted before it. Placement is Ray's own:
-hard node affinity for an IP, a sliver of the node's custom resource, or a label selector; every node is
-resolved against the live cluster before anything starts, so a missing node or resource fails the run
-before any load.
-"""
+"""Fleet files: the nodes (how Ray finds each), and the server configurations (launch profiles,
+`infra/profiles/*.toml`) an experiment's [fleet] sweeps; every configuration is one stage of the run, its
+servers restarted before it. Parsing only: placing actors on the nodes is loadgen.placement's job."""
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-from loadgen import draftcheck
-from loadgen.config import NAME_PATTERN, StrictTable, TargetConfig, check_url, emulator_args
-from loadgen.errors import ConfigError, LoadgenError
+from loadgen.config.tables import StrictTable, check_name, load_toml
+from loadgen.config.targets import TargetConfig, check_url, emulator_args
+from loadgen.errors import ConfigError
 from loadgen.protocol import ADAPTERS
 
-PROFILES_DIR = Path(__file__).parents[1] / "infra" / "profiles"
+PROFILES_DIR = Path(__file__).parents[2] / "infra" / "profiles"
 LAUNCHES = ("sglang", "emulator", "external")
-RESOURCE_SLIVER = 0.01     # what each pinned actor takes of a node's custom resource (100 actors per node)
 
 
 @dataclass(frozen=True)
@@ -52,14 +39,6 @@ class Locator:
             return node.get("Resources", {}).get(self.resource, 0) > 0
         labels = node.get("Labels", {})
         return all(labels.get(k) == v for k, v in self.labels)
-
-    def options(self, node_id: str) -> dict:
-        """Ray actor options that pin to this node, in the locator's own terms."""
-        if self.resource:
-            return {"resources": {self.resource: RESOURCE_SLIVER}}
-        if self.labels:
-            return {"label_selector": dict(self.labels)}
-        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
 
 
 @dataclass(frozen=True)
@@ -116,13 +95,8 @@ def parse_fleet(raw: Any, base_dir: Path) -> Fleet:
     fleet_dir = base_dir
     if file is not None:
         path = (base_dir / file).resolve()
-        if not path.is_file():
-            raise ConfigError("fleet.file", f"file not found: {path}", "give the fleet .toml path relative to "
-                              "the experiment file, e.g. ../../infra/fleet-emulated.toml")
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError("fleet.file", f"{path} is not valid TOML: {exc}") from exc
+        data = load_toml(path, "fleet.file", "give the fleet .toml path relative to the experiment file, "
+                         "e.g. ../../infra/fleet-emulated.toml")
         top = StrictTable(data, "")
         merged = dict(StrictTable(top.get("fleet", dict), "fleet").data)
         top.done()
@@ -171,9 +145,7 @@ def _parse_merged(t: StrictTable, fleet_dir: Path, base_dir: Path) -> Fleet:
 
 def _parse_node(raw: Any, key: str, launch: str, fleet_dir: Path) -> FleetNode:
     t = StrictTable(raw, key)
-    name = t.get("name", str)
-    if not NAME_PATTERN.match(name):
-        raise ConfigError(f"{key}.name", f"{name!r} is not a safe name", "use letters, digits, '.', '_' or '-'")
+    name = check_name(t.get("name", str), f"{key}.name")
     node_ip, resource = t.get("node_ip", str, None), t.get("resource", str, None)
     labels = t.get("labels", dict, None)
     if sum(x is not None for x in (node_ip, resource, labels)) != 1:
@@ -222,9 +194,7 @@ def _parse_stages(t: StrictTable, nodes: tuple[FleetNode, ...], launch: str, pro
         per_node = c.get("nodes", dict, {})
         stage_name = c.get("name", str, default)
         c.done()
-        if stage_name is None or not NAME_PATTERN.match(stage_name):
-            raise ConfigError(f"{key}.name", f"{stage_name!r} is not a usable name",
-                              "name the configuration (letters, digits, '.', '_', '-')")
+        check_name(stage_name, f"{key}.name", ": name the configuration")
         unknown = sorted(set(per_node) - {n.name for n in nodes})
         if unknown:
             raise ConfigError(f"{key}.nodes.{unknown[0]}", "is not a fleet node",
@@ -274,11 +244,7 @@ def load_profile(name: str, profiles_dir: Path, key: str = "profile", _seen: tup
     if not path.is_file():
         known = sorted(p.stem for p in profiles_dir.glob("*.toml")) if profiles_dir.is_dir() else []
         raise ConfigError(key, f"no launch profile {name!r} ({path})", f"known profiles: {', '.join(known) or 'none'}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
-    t = StrictTable(data, "")
+    t = StrictTable(load_toml(path, key), "")
     description = t.get("description", str, "")
     extends = t.get("extends", str, None)
     if extends:   # a profile beside this one, else a shipped one
@@ -300,153 +266,3 @@ def _unique(names: list[str], key: str, what: str) -> None:
     for i, n in enumerate(names):
         if names.index(n) != i:
             raise ConfigError(key, f"duplicate {what} name {n!r}", f"give every {what} a unique name")
-
-
-def resolve_nodes(fleet: Fleet, ray_nodes: list[dict]) -> dict[str, str]:
-    """Fleet node name -> Ray node id, checked against the live cluster; LoadgenError before any load when a
-    node is missing, ambiguous, shared, or lacks the server's resources."""
-    alive = [n for n in ray_nodes if n.get("Alive")]
-    seen = ", ".join(f"{n['NodeManagerAddress']} (resources {sorted(k for k in n.get('Resources', {}) if not k.startswith('node:'))}, "
-                     f"labels {dict((k, v) for k, v in n.get('Labels', {}).items() if not k.startswith('ray.io/'))})"
-                     for n in alive)
-    out: dict[str, str] = {}
-    for node in fleet.nodes + fleet.clients:
-        found = [n for n in alive if node.locator.matches(n)]
-        if not found:
-            raise LoadgenError(f"fleet node {node.name}: no live Ray node has {node.locator.describe()} (alive: "
-                               f"{seen or 'none'}); start Ray on it with that resource/label, or fix the fleet file")
-        if len(found) > 1:
-            raise LoadgenError(f"fleet node {node.name}: {node.locator.describe()} matches {len(found)} Ray nodes; "
-                               "give each node a unique custom resource or label")
-        ray_node = found[0]
-        if node in fleet.nodes:
-            for res, amount in fleet.server_resources.items():
-                have = ray_node.get("Resources", {}).get(res, 0)
-                if have < amount:
-                    raise LoadgenError(f"fleet node {node.name}: its Ray node has {have:g} {res}, the server needs "
-                                       f"{amount:g} (fleet.server_resources); start Ray there with --num-gpus/--resources")
-        out[node.name] = ray_node["NodeID"]
-    shared = [name for name, nid in out.items() if list(out.values()).count(nid) > 1]
-    if shared:
-        raise LoadgenError(f"fleet nodes {', '.join(shared)} are the same Ray node; each fleet node must be its own node")
-    return out
-
-
-class LocalPlacement:
-    """Experiments without a fleet: actors go wherever Ray puts them, servers are emulators."""
-
-    health_timeout_s = 60.0
-
-    def prepare(self, stages, log) -> None:
-        """Nothing to resolve or check."""
-
-    def server_options(self, target: TargetConfig) -> dict:
-        return {}
-
-    def worker_options(self, target: TargetConfig, index: int) -> dict:
-        return {}
-
-    def launch(self, server, target: TargetConfig):
-        return server.start_emulator.remote(list(target.emulator_args), self.health_timeout_s)
-
-    def verify(self, targets: list[tuple[TargetConfig, list]], servers: dict[str, Any], log) -> None:
-        """Nothing was pinned."""
-
-
-class FleetPlacement(LocalPlacement):
-    """Pins every target's server and workers to its fleet node; launches SGLang or the emulator there."""
-
-    def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
-        self.health_timeout_s = fleet.health_timeout_s
-        self.node_ids: dict[str, str] = {}
-        self.nodes = {n.name: n for n in fleet.nodes + fleet.clients}
-
-    def prepare(self, stages, log) -> None:
-        """Resolve the nodes, then check every DFLASH profile's draft on its own node: all before any load."""
-        self.node_ids = resolve_nodes(self.fleet, ray.nodes())
-        for name, node_id in self.node_ids.items():
-            log(f"fleet node {name}: Ray node {node_id[:12]} ({self.nodes[name].locator.describe()})")
-        checks = {}
-        for stage in self.fleet.stages:
-            for node_name, profile in stage.profiles.items():
-                flags = stage.flags[node_name]
-                if str(flags.get("speculative-algorithm", "")).upper() == "DFLASH":
-                    task = _check_draft_on_node.options(num_cpus=0, **self._pin(node_name))
-                    checks[(stage.name, node_name)] = (profile, task.remote(flags.get("speculative-draft-model-path"), flags))
-        for (stage_name, node_name), (profile, ref) in checks.items():
-            report = ray.get(ref, timeout=60)
-            for line in report.lines():
-                log(f"check-draft [{stage_name} on {node_name}] {line}")
-            expected = profile.expect_draft
-            if report.problems or (expected and report.kind != expected):
-                why = "; ".join(report.problems) or f"the draft is {report.kind}, profile {profile.name} expects {expected}"
-                raise LoadgenError(f"configuration {stage_name}, node {node_name}, profile {profile.name}: draft "
-                                   f"check failed: {why} (run `loadgen check-draft` on the draft, fix the profile)")
-
-    def verify(self, targets: list[tuple[TargetConfig, list]], servers: dict[str, Any], log) -> None:
-        """Ask every placed actor where it runs: a worker or server off its node stops the run before load."""
-        for target, workers in targets:
-            where = ray.get([w.node_id.remote() for w in workers]
-                            + ([servers[target.name].node_id.remote()] if target.name in servers else []))
-            expected = [self.node_ids[self._worker_node(target, i)] for i in range(len(workers))]
-            expected += [self.node_ids[target.node]] if target.name in servers else []
-            log(f"placed {target.name}: workers on {', '.join(where[:len(workers)])}"
-                + (f", server on {where[-1]}" if target.name in servers else ""))
-            if where != expected:
-                raise LoadgenError(f"target {target.name}: actors landed on Ray nodes {where}, expected {expected}; "
-                                   "the fleet's resources/labels do not single out one node each")
-
-    def _pin(self, node_name: str) -> dict:
-        return self.nodes[node_name].locator.options(self.node_ids[node_name])
-
-    def server_options(self, target: TargetConfig) -> dict:
-        options = self._pin(target.node)
-        if self.fleet.server_resources:
-            options["resources"] = dict(options.get("resources", {}), **self.fleet.server_resources)
-        return options
-
-    def worker_options(self, target: TargetConfig, index: int) -> dict:
-        return self._pin(self._worker_node(target, index))
-
-    def _worker_node(self, target: TargetConfig, index: int) -> str:
-        """The server's own node, or the client nodes round-robin (by server node, then worker)."""
-        if self.fleet.workers == "server":
-            return target.node
-        position = [n.name for n in self.fleet.nodes].index(target.node)
-        clients = self.fleet.clients
-        return clients[(position + index) % len(clients)].name
-
-    def launch(self, server, target: TargetConfig):
-        url = self.nodes[target.node].url
-        host, port = (urlsplit(url).hostname, urlsplit(url).port or 80) if url else ("127.0.0.1", 0)
-        if self.fleet.launch == "sglang":
-            return server.start_server.remote("sglang.launch_server", list(target.emulator_args), host,
-                                              port or 30000, self.health_timeout_s)
-        return server.start_server.remote("loadgen.emulator", emulator_flags(target.emulator_args), host, port,
-                                          self.health_timeout_s)
-
-
-@ray.remote
-def _check_draft_on_node(path: str | None, flags: dict) -> draftcheck.DraftReport:
-    """Runs on the server's node: the draft folder is local to it."""
-    return draftcheck.check_draft(path or "<no --speculative-draft-model-path>", flags)
-
-
-def emulator_flags(args: tuple[str, ...]) -> list[str]:
-    """The launch args the emulator understands: SGLang-only flags (memory, kernels, quantisation) have no
-    meaning in its cost model and are dropped, so one profile drives both."""
-    from loadgen.emulator.args import build_parser
-    known = {o for a in build_parser()._actions for o in a.option_strings}
-    out, keep = [], False
-    for arg in args:
-        if arg.startswith("--"):
-            keep = arg in known
-        if keep:
-            out.append(arg)
-    return out
-
-
-def placement_for(fleet: Fleet | None) -> LocalPlacement:
-    return FleetPlacement(fleet) if fleet is not None else LocalPlacement()
-

@@ -1,0 +1,125 @@
+"""One server to drive: a running server's URL, or an emulator loadgen launches, with its API flavour."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from loadgen.config.tables import StrictTable, check_name
+from loadgen.errors import ConfigError
+from loadgen.protocol import ADAPTERS
+from loadgen.secrets import flag_ref, is_secret_name
+
+EMULATOR_ALGORITHMS = ("NONE", "EAGLE", "EAGLE3", "NEXTN", "DFLASH")
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    name: str
+    flavor: str
+    url: str | None                  # a running server, or None when loadgen launches an emulator
+    emulator_args: tuple[str, ...]   # `python -m loadgen.emulator` flags (launch_server style), if launched
+    node: str
+    api_key_env: str | None
+    api_key_file: str | None = None  # read on the worker; the key itself is never stored
+    model: str | None = None         # openai-*: the `model` field; None = the first of GET /v1/models
+    continuous_usage: bool = True    # openai-*: ask for usage on every frame (per-frame token counts)
+    spec_details: bool | None = None  # openai-*: ask for SGLang's spec_tokens_details; None = if SGLang >= 0.5.23
+
+
+def parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
+    """One [[targets]] table."""
+    t = StrictTable(raw, key)
+    name = check_name(t.get("name", str), f"{key}.name")
+    flavor = t.get("flavor", str, "auto")  # auto: the worker's preflight identifies the server (loadgen.serverid)
+    if flavor != "auto" and flavor not in ADAPTERS:
+        raise ConfigError(f"{key}.flavor", f"unknown flavor {flavor!r}",
+                          f"use auto or one of {', '.join(sorted(ADAPTERS))}")
+    url = t.get("url", str, None)
+    emulator = t.get("emulator", dict, None)
+    if (url is None) == (emulator is None):
+        raise ConfigError(key, "needs exactly one of `url` (a running server) or [emulator] (launched by loadgen)",
+                          "set url = \"http://host:port\" or add a [targets.emulator] table")
+    if url is not None:
+        check_url(url, f"{key}.url")
+        url = url.rstrip("/")
+    args: tuple[str, ...] = ()
+    if emulator is not None:
+        args = emulator_args(emulator, f"{key}.emulator", base_dir)
+        if "model-path" not in emulator:  # required by launch_server's flags; the emulator only reports it
+            args += ("--model-path", "emulated/qwen3.8-27b-nvfp4")
+        _check_emulator_flags(args, f"{key}.emulator")
+    node = t.get("node", str, "local")
+    api_key_env = t.get("api_key_env", str, None)
+    api_key_file = t.get("api_key_file", str, None)
+    if api_key_env is not None and api_key_file is not None:
+        raise ConfigError(f"{key}.api_key_file", "cannot be combined with api_key_env", "give the key one way")
+    if api_key_file is not None:
+        api_key_file = str((base_dir / api_key_file).resolve())  # read on the worker, at preflight
+    openai = _openai_options(t, key, flavor)
+    t.done()
+    return TargetConfig(name, flavor, url, args, node, api_key_env, api_key_file, *openai)
+
+
+def _openai_options(t: StrictTable, key: str, flavor: str) -> tuple[str | None, bool, bool | None]:
+    """model, continuous_usage, spec_details: request options of the openai-* flavours only."""
+    if not flavor.startswith("openai-") and flavor != "auto":
+        for name in ("model", "continuous_usage", "spec_details"):
+            if name in t.data:
+                raise ConfigError(f"{key}.{name}", f"only applies to openai-* flavors (flavor is {flavor!r})",
+                                  "remove it, or set flavor = \"openai-completions\" / \"openai-chat\"")
+    model = t.get("model", str, None)
+    if model is not None and not model:
+        raise ConfigError(f"{key}.model", "is empty", "leave it out to use the server's first model")
+    return model, t.get("continuous_usage", bool, True), t.get("spec_details", bool, None)
+
+
+def check_url(url: str, key: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ConfigError(key, f"{url!r} is not an http://host:port URL", "e.g. url = \"http://127.0.0.1:30000\"")
+    try:
+        parts.port
+    except ValueError as exc:
+        raise ConfigError(key, f"bad port in {url!r}", "a port is 1..65535, e.g. url = \"http://127.0.0.1:30000\"") from exc
+    if parts.path not in ("", "/"):
+        raise ConfigError(key, f"{url!r} has a path", "give the server root; the route comes from the flavor")
+
+
+def emulator_args(table: dict, key: str, base_dir: Path) -> tuple[str, ...]:
+    """[targets.emulator] keys are launch_server flags without the dashes: speculative-algorithm = "NEXTN"."""
+    args: list[str] = []
+    for flag, value in table.items():
+        if flag in ("host", "port"):
+            raise ConfigError(f"{key}.{flag}", "is chosen by loadgen", "remove it")
+        if flag == "speculative-algorithm" and value not in EMULATOR_ALGORITHMS:
+            raise ConfigError(f"{key}.{flag}", f"unknown algorithm {value!r}", f"use one of {', '.join(EMULATOR_ALGORITHMS)}")
+        if flag == "speculative-draft-model-path" and isinstance(value, str):
+            value = str((base_dir / value).resolve())
+        if is_secret_name(flag):   # api-key = { env = "VAR" } | { file = "path" }; a literal is refused
+            args += [f"--{flag}", flag_ref(value, f"{key}.{flag}", base_dir)]
+        elif isinstance(value, bool):
+            if value:
+                args.append(f"--{flag}")
+        elif isinstance(value, (int, float, str)):
+            args += [f"--{flag}", str(value)]
+        else:
+            raise ConfigError(f"{key}.{flag}", f"must be a string, number or boolean, got {type(value).__name__}")
+    return tuple(args)
+
+
+def _check_emulator_flags(args: tuple[str, ...], key: str) -> None:
+    """Parse the flags with the emulator's own parser now, so a typo fails before any server starts."""
+    from loadgen.emulator.args import build_parser
+
+    parser = build_parser()
+    parser.allow_abbrev = False  # a misspelt flag must not pass as an abbreviation of a real one
+
+    def error(message: str) -> None:
+        raise ConfigError(key, f"the emulator rejects these flags: {message}",
+                          "see python -m loadgen.emulator --help (keys are its flags without the dashes)")
+
+    parser.error = error  # type: ignore[method-assign]
+    parser.parse_args([*args, "--host", "127.0.0.1", "--port", "1"])
