@@ -29,6 +29,7 @@ class TargetLoad:
     concurrency: int             # closed loop: streams; open loop: the in-flight cap
     rate: float | None = None    # open loop: requests/s
     probe: str | None = None     # capacity search: why this level (steps.probe)
+    repeat: int | None = None    # capacity search: earlier runs of this level (else the step's repeat)
 
     @property
     def level(self) -> float:
@@ -41,7 +42,7 @@ class TargetLoad:
 @dataclass(frozen=True)
 class PlannedStep:
     step_id: int
-    repeat: int                  # grid: the repeat; search: the earlier runs of this level
+    repeat: int                  # grid: the repeat (a search: 0, each load has its own)
     loads: tuple[TargetLoad, ...]  # the targets driven at the same time, each at its own level
     min_measured: int | None = None  # closed loop: requests the window must hold (search: a clear call)
     measure_s: float | None = None   # open loop: the window's length (search: long enough for a clear call)
@@ -135,26 +136,24 @@ class SearchPlan:
     def next_step(self, step_id: int, judge: Judge) -> PlannedStep | None:
         verdicts = judge()
         loads: list[TargetLoad] = []
-        runs = 0
         for name in self.names:
             mine = verdicts.get(name, {})
             probe = next_probe(self.search, dict(mine))
             if probe is None:
                 continue
             earlier = mine.get(probe.level)
-            runs = max(runs, earlier.runs if earlier else 0)
-            loads.append(self._load(name, probe.level, probe.reason))
+            loads.append(self._load(name, probe.level, probe.reason, earlier.runs if earlier else 0))
             if not self.together:
                 break
         if not loads:
             return None
-        return PlannedStep(step_id, runs, tuple(loads), None if self.open_loop else self.min_measured,
+        return PlannedStep(step_id, 0, tuple(loads), None if self.open_loop else self.min_measured,
                            self._window_s(loads), self.max_measure_s)
 
-    def _load(self, name: str, level: float, reason: str) -> TargetLoad:
+    def _load(self, name: str, level: float, reason: str, runs: int) -> TargetLoad:
         if self.open_loop is None:
-            return TargetLoad(name, int(level), None, reason)
-        return TargetLoad(name, self.open_loop.max_in_flight, level, reason)
+            return TargetLoad(name, int(level), None, reason, runs)
+        return TargetLoad(name, self.open_loop.max_in_flight, level, reason, runs)
 
     def _window_s(self, loads: list[TargetLoad]) -> float | None:
         """Open loop: a window long enough that the slowest target's arrivals give a clear call."""

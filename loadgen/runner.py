@@ -300,7 +300,8 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     window = f"{load.requests} requests per target" if counted else (
         f"warm-up {load.warmup_s:g} s, measure {measure_s:g} s")
     name = f"[step {step.step_id + 1}" + (f"/{total_steps}]" if total_steps is not None else "]")
-    log(f"{name} {_describe_loads(step.loads)} repeat {step.repeat}: {window}")
+    repeat = "" if step.loads[0].probe else f" repeat {step.repeat}"   # a search's probe says which run it is
+    log(f"{name} {_describe_loads(step.loads)}{repeat}: {window}")
     interrupted: BaseException | None = None
     ends = [t_me] * len(targets)    # each target's window end
     try:
@@ -511,7 +512,7 @@ def _step_row(ctx: RunContext, step: PlannedStep, level: TargetLoad, t: _Target,
         "num_steps": _int(info.get("speculative_num_steps")), "topk": _int(info.get("speculative_eagle_topk")),
         "server_version": str(info.get("version")), "server_info": json.dumps(info, sort_keys=True, default=str),
         "mode": exp.load.mode, "concurrency": level.concurrency if level.rate is None else None,
-        "rate": level.rate, "repeat": step.repeat, "probe": level.probe,
+        "rate": level.rate, "repeat": step.repeat if level.repeat is None else level.repeat, "probe": level.probe,
         "prompt_mix": exp.prompts.describe(), "t_start_ns": t_start, "t_measure_start_ns": t_ms,
         "t_measure_end_ns": t_me, "t_end_ns": t_end, "status": status, "status_reason": reason,
     }

@@ -98,7 +98,7 @@ def test_search_plan_drives_each_target_at_its_own_level_and_asks_for_a_clear_ca
                 "t1": {1.0: Verdict(True, True, 1)}}
     step = plan.next_step(7, lambda: verdicts)
     assert step is not None and step.step_id == 7
-    assert step.loads == (TargetLoad("t1", 2, None, "up from a pass at 1"),)   # t0 is done: capacity 1
+    assert step.loads == (TargetLoad("t1", 2, None, "up from a pass at 1", 0),)   # t0 is done: capacity 1
     assert step.min_measured == 35 == Slo(ttft_ms=500).requests_for_clear_pass()
     done = {"t0": verdicts["t0"], "t1": {1.0: Verdict(False, True, 1)}}
     assert plan.next_step(8, lambda: done) is None
