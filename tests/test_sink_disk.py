@@ -113,6 +113,7 @@ def test_disk_full_mid_run_stops_the_job_with_one_line(small_fs, emulator_factor
     steps_done = job.stdout.count("] done in")
     rows = _check_folder(results)
     assert 1 <= rows["steps"] <= steps_done < 6 and rows["runs"] == 1       # the run row from the first flush
+    print(f"disk full: {steps_done} steps done, kept {rows}; {errors[0]}")
     assert rows["requests"] >= 8 * rows["steps"] and rows["frames"] > 0
     (small_fs / "filler").unlink()
 
@@ -135,6 +136,7 @@ def test_folder_made_read_only_mid_run(small_fs, ray_local, emulator_factory, tm
     assert "Read-only file system" in str(exc.value) and "fix:" in str(exc.value)
     rows = _check_folder(results)
     assert 2 <= rows["steps"] < 6 and rows["requests"] >= 16
+    print(f"read-only: kept {rows}; {exc.value}")
     assert os.statvfs(small_fs).f_flag & os.ST_RDONLY
 
 
