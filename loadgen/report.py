@@ -86,14 +86,14 @@ def load_report(results_dir: str | Path, run_ids: list[str] | None = None) -> Re
     con = open_results(results_dir, run_ids)
     available = set(list_queries())
     data = {name: run_query(con, name).to_pylist() if name in available else [] for name in QUERIES + SLO_QUERIES}
+    if not data["runs"]:
+        raise LoadgenError(f"no runs in {results_dir}; run `python -m jobs.capacity` first or check --run")
     data["repeats"] = [_spread_unknown(r) if r["repeats"] < 2 else r for r in data["repeats"]]
     slo = _slo(con)
     if not slo:                  # without SLO lines every ok request "meets" it: nothing to show
         data["goodput"] = data["capacity"] = []
     if not any(r["peers"] > 1 for r in data["fleet_nodes"]):     # one node per configuration: no fleet
         data["fleet_nodes"] = []
-    if not data["runs"]:
-        raise LoadgenError(f"no runs in {results_dir}; run `python -m jobs.capacity` first or check --run")
     incomplete = con.execute(
         "SELECT run_id, step_id, target, concurrency, rate, step_status FROM step_info "
         "WHERE step_status IS DISTINCT FROM 'complete' ORDER BY run_id, step_id, target").fetchall()

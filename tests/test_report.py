@@ -125,6 +125,16 @@ def test_errors_plot_only_when_measured_requests_failed(tmp_path):
     assert "Measured requests failed: 1 timeout." in markdown_summary(report)
 
 
+def test_warnings_name_incomplete_steps_and_runs(tmp_path):
+    r = Results()
+    r.run("cut", status="incomplete")
+    add_series(r, "cut", "mtp", 0, "NEXTN", {1: [20.0], 2: [40.0]})
+    r.rows["steps"][-1]["status"] = "interrupted"
+    md = markdown_summary(load_report(r.write(tmp_path / "results")))
+    assert "Step 20 of cut (mtp, C=2) is interrupted: its numbers may be partial." in md
+    assert "Run cut is incomplete." in md
+
+
 def test_capacity_search_report_shows_the_slo_capacity_and_probes(tmp_path):
     r = Results()
     r.run("search", slo=json.dumps({"ttft_ms": 1000.0, "attainment": 0.9}))
