@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.config.fleet import PROFILES_DIR, load_profile
+from loadgen.values import as_int
 
 DFLASH1_ARCHS = ("DFlashDraftModel", "DFlashLagunaForCausalLM", "MuseGlimmerAssistantModel")
 DFLASH2_ARCHS = ("DFlash2DraftModel", "DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel")
@@ -90,13 +91,13 @@ def _classify(cfg: dict, report: DraftReport) -> None:
     if block is None:
         report.block_size = DEFAULT_BLOCK_SIZE
         report.notes.append(f"no block_size: SGLang assumes {DEFAULT_BLOCK_SIZE}")
-    elif _int(block) is None or block < 1:
+    elif as_int(block) is None or block < 1:
         report.problems.append(f"block_size must be a whole number >= 1, got {block!r}")
     else:
         report.block_size = block
     values = {k: dcfg.get(k, 0) for k in DFLASH2_KEYS}
     for key, value in values.items():
-        if _int(value) is None or value < 0:
+        if as_int(value) is None or value < 0:
             report.problems.append(f"dflash_config.{key} must be a whole number >= 0, got {value!r}")
             values[key] = 0
     for a, b in PAIRS:
@@ -157,9 +158,6 @@ def check_flags(report: DraftReport, flags: dict[str, Any]) -> None:
         report.notes.append("--enable-linear-replayssm-spec: DFlash2's ReplaySSM verify path works for KDA "
                             "linear-attention targets only; Qwen3.8 is GDN, remove the flag there")
 
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def run_check(path: str, expect: str | None = None, profile: str | None = None, out=print) -> int:

@@ -31,13 +31,21 @@ from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, TargetConfig
 from loadgen.errors import TargetError
 from loadgen.placement import placement_for
-from loadgen.plan import Judge, PlannedStep, TargetLoad, Verdicts, make_plan, split_concurrency
+from loadgen.plan import (
+    Judge,
+    PlannedStep,
+    TargetLoad,
+    Verdicts,
+    make_plan,
+    split_concurrency,
+)
 from loadgen.probe import server_info_samples
 from loadgen.prompts.mix import PromptMix
 from loadgen.protocol.base import SamplingSpec
 from loadgen.secrets import masked
 from loadgen.servers import ServerProcess
 from loadgen.sink import ResultsSink, check_writable, flush
+from loadgen.values import as_int
 from loadgen.worker import LoadWorker, PromptPool, StepSpec, TargetSpec
 
 PROMPT_POOL = 4096          # prompts per run; every step walks the same seeded sequence from its start
@@ -508,8 +516,8 @@ def _step_row(ctx: RunContext, step: PlannedStep, level: TargetLoad, t: _Target,
         "run_id": run_id, "step_id": step.step_id, "target": t.config.name, "target_index": t.index,
         "node": t.config.node, "flavor": info.get("flavor") or t.config.flavor,  # `auto` as resolved
         "emulated": bool(info.get("emulated", False)),
-        "algorithm": str(algorithm).upper(), "draft_tokens": _int(info.get("speculative_num_draft_tokens")),
-        "num_steps": _int(info.get("speculative_num_steps")), "topk": _int(info.get("speculative_eagle_topk")),
+        "algorithm": str(algorithm).upper(), "draft_tokens": as_int(info.get("speculative_num_draft_tokens")),
+        "num_steps": as_int(info.get("speculative_num_steps")), "topk": as_int(info.get("speculative_eagle_topk")),
         "server_version": str(info.get("version")), "server_info": json.dumps(info, sort_keys=True, default=str),
         "mode": exp.load.mode, "concurrency": level.concurrency if level.rate is None else None,
         "rate": level.rate, "repeat": step.repeat if level.repeat is None else level.repeat, "probe": level.probe,
@@ -560,7 +568,3 @@ def _describe(info: dict) -> str:
                 f"model {info.get('model')}")
     return (f"SGLang {info.get('version')}{label}, algorithm {info.get('speculative_algorithm') or 'NONE'}, "
             f"draft tokens {info.get('speculative_num_draft_tokens')}, model {info.get('model_path')}")
-
-
-def _int(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

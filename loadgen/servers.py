@@ -16,15 +16,13 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import ray
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from loadgen import secrets
 from loadgen.errors import TargetError
+from loadgen.health import NotHealthy, wait_healthy
 from loadgen.ports import free_port
 
 _PR_SET_PDEATHSIG = 1
@@ -39,14 +37,6 @@ def _die_with_parent() -> None:
 
 def server_command(module: str, args: tuple[str, ...] | list[str], host: str, port: int) -> list[str]:
     return [sys.executable, "-m", module, *args, "--host", host, "--port", str(port)]
-
-
-def emulator_command(args: tuple[str, ...] | list[str], host: str, port: int) -> list[str]:
-    return server_command("loadgen.emulator", args, host, port)
-
-
-class _NotReady(Exception):
-    pass
 
 
 def _copy_masked(pipe, log, hide: list[str]) -> None:
@@ -131,28 +121,18 @@ class ServerProcess:
                                      name=f"log-{self.name}")
         self.pump.start()
         try:
-            for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2), reraise=True,
-                                    retry=retry_if_exception_type(_NotReady)):
-                with attempt:
-                    self._check_health(url)
-        except _NotReady as exc:
+            wait_healthy(url, timeout_s, self._check_alive, poll_s=0.2)
+        except NotHealthy as exc:
             self.stop()
             raise TargetError(f"server {self.name} did not become healthy in {timeout_s:g} s: {exc}; "
                               f"log tail:\n{self.log_tail()}") from None
         return url
 
-    def _check_health(self, url: str) -> None:
+    def _check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             code = self.proc.returncode if self.proc else None
             raise TargetError(f"server {self.name} exited with code {code} while starting; "
                               f"log tail:\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError) as exc:
-            raise _NotReady(str(exc)) from None
-        raise _NotReady("health not 200")
 
     def log_tail(self, lines: int = 30) -> str:
         try:

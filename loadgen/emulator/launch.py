@@ -13,29 +13,25 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-import urllib.request
+from collections.abc import Callable
 
 import uvloop
 from aiohttp import web
 
 from loadgen.emulator.args import parse_args
 from loadgen.emulator.server import Emulator, build_app
+from loadgen.health import NotHealthy, wait_healthy
 from loadgen.ports import free_port
 
 
-def _wait_healthy(url: str, timeout: float, alive=lambda: True) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_healthy(url: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> None:
+    def check_alive() -> None:
         if not alive():
             raise RuntimeError(f"emulator at {url} exited during start-up")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1) as r:  # open also with --api-key
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"emulator at {url} not up after {timeout}s")
+    try:
+        wait_healthy(url, timeout, check_alive, poll_s=0.05)
+    except NotHealthy:
+        raise TimeoutError(f"emulator at {url} not up after {timeout}s") from None
 
 
 def _with_defaults(argv: list[str], port: int) -> list[str]:

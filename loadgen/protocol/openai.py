@@ -25,6 +25,7 @@ import orjson
 
 from loadgen.prompts import Prompt
 from loadgen.protocol.base import Adapter, SamplingSpec, StreamState
+from loadgen.values import as_int
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class _OpenAIAdapter(Adapter):
         if state.server_request_id is None and isinstance(obj.get("id"), str):
             state.server_request_id = obj["id"]
         usage = obj.get("usage")
-        cum = _int(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+        cum = as_int(usage.get("completion_tokens")) if isinstance(usage, dict) else None
         ext = obj.get("sglext")
         if isinstance(ext, dict):
             _spec_details(state, ext.get("spec_tokens_details"))
@@ -179,15 +180,15 @@ def _finish(state: StreamState, reason: object) -> None:
 def _totals(state: StreamState, usage: dict, completion_tokens: int) -> None:
     """The usage chunk: the server's totals for the request."""
     state.completion_tokens = completion_tokens
-    state.prompt_tokens = _int(usage.get("prompt_tokens"))
+    state.prompt_tokens = as_int(usage.get("prompt_tokens"))
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict):
-        state.cached_tokens = _int(details.get("cached_tokens"))
+        state.cached_tokens = as_int(details.get("cached_tokens"))
 
 
 def _spec_details(state: StreamState, details: object) -> None:
     if isinstance(details, dict):
-        state.spec_verify_ct = _int(details.get("spec_verify_ct"))
+        state.spec_verify_ct = as_int(details.get("spec_verify_ct"))
         accept = details.get("spec_accept_length")
         if isinstance(accept, (int, float)) and not isinstance(accept, bool):
             state.spec_accept_length = float(accept)
@@ -210,12 +211,12 @@ def _timings(state: StreamState, timings: object) -> None:
     """
     if not isinstance(timings, dict):
         return
-    cached = _int(timings.get("cache_n"))
+    cached = as_int(timings.get("cache_n"))
     if cached is not None and state.cached_tokens is None:
         state.cached_tokens = cached
-    accepted = _int(timings.get("draft_n_accepted"))
-    predicted = _int(timings.get("predicted_n"))
-    if accepted is not None and predicted is not None and _int(timings.get("draft_n")) is not None:
+    accepted = as_int(timings.get("draft_n_accepted"))
+    predicted = as_int(timings.get("predicted_n"))
+    if accepted is not None and predicted is not None and as_int(timings.get("draft_n")) is not None:
         state.spec_verify_ct = max(predicted - 1 - accepted, 0) or None
     prompt_ms, predicted_ms = timings.get("prompt_ms"), timings.get("predicted_ms")
     if isinstance(prompt_ms, (int, float)) and isinstance(predicted_ms, (int, float)) and state.server_e2e_s is None:
@@ -226,9 +227,6 @@ def _error_chunk(state: StreamState, error: object) -> None:
     """`data: {"error": {...}}`: the server aborted the request mid-stream (e.g. 503 queue full)."""
     message = error.get("message") if isinstance(error, dict) else error
     code = error.get("code") if isinstance(error, dict) else None
-    state.fail("server_abort", f"error frame: {message}", _int(code))
+    state.fail("server_abort", f"error frame: {message}", as_int(code))
     state.finished = True
 
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

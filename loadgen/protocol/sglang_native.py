@@ -12,6 +12,7 @@ import orjson
 
 from loadgen.prompts import Prompt
 from loadgen.protocol.base import Adapter, SamplingSpec, StreamState
+from loadgen.values import as_int
 
 _CT_KEY = b'"completion_tokens":'
 _META_KEY = b'"meta_info":'
@@ -86,10 +87,10 @@ def _finish(state: StreamState, meta: dict) -> None:
     reason = meta.get("finish_reason")
     kind = reason.get("type") if isinstance(reason, dict) else reason
     state.finish_reason = kind if isinstance(kind, str) else str(kind)
-    state.completion_tokens = _int(meta.get("completion_tokens"))
-    state.prompt_tokens = _int(meta.get("prompt_tokens"))
-    state.cached_tokens = _int(meta.get("cached_tokens"))
-    state.spec_verify_ct = _int(meta.get("spec_verify_ct"))
+    state.completion_tokens = as_int(meta.get("completion_tokens"))
+    state.prompt_tokens = as_int(meta.get("prompt_tokens"))
+    state.cached_tokens = as_int(meta.get("cached_tokens"))
+    state.spec_verify_ct = as_int(meta.get("spec_verify_ct"))
     accept = meta.get("spec_accept_length")
     state.spec_accept_length = float(accept) if isinstance(accept, (int, float)) else None
     e2e = meta.get("e2e_latency")
@@ -116,9 +117,6 @@ def _non_token_frame(state: StreamState, payload: bytes) -> None:
     else:
         state.fail("malformed_frame", f"unexpected frame: {payload[:200]!r}")
 
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _messages_as_text(messages: tuple[dict, ...]) -> str:
