@@ -166,3 +166,34 @@ def test_token_fleet_refuses_strangers_and_no_secret_leaks(tmp_path):
     finally:
         subprocess.run([str(SCRIPT), "down"], capture_output=True, text=True, timeout=120, env=env)
         shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def test_the_spark_script_never_starts_an_open_or_leaky_node(tmp_path):
+    """infra/ray-spark-fleet.sh refuses, before `ray start`: auth switched off, a worker without the head's
+    token, a token file others can read. (The head's happy path is the emulated fleet's above.)"""
+    spark = REPO / "infra" / "ray-spark-fleet.sh"
+    token = tmp_path / "auth_token"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env = dict(base, NODE_IP="127.0.0.1", RAY_AUTH_TOKEN_PATH=str(token))
+
+    def run(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(spark), *args], capture_output=True, text=True, timeout=60, env=dict(env, **extra))
+    off = run("head", "spark1", RAY_AUTH_MODE="disabled")
+    assert off.returncode == 2 and "fix: unset it" in off.stderr
+    missing = run("worker", "spark2", "127.0.0.1")
+    assert missing.returncode == 2 and f"no token at {token}" in missing.stderr
+    token.write_text("a" * 64)
+    token.chmod(0o644)
+    readable = run("worker", "spark2", "127.0.0.1")
+    assert readable.returncode == 2 and f"chmod 600 {token}" in readable.stderr
+    for done in (off, missing, readable):
+        assert "Ray runtime started" not in done.stdout + done.stderr
+
+
+def test_the_emulated_fleet_refuses_a_token_file_others_can_read(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("b" * 64)
+    token.chmod(0o640)
+    env = dict(os.environ, LOADGEN_FLEET_TOKEN=str(token), LOADGEN_FLEET_DIR=str(tmp_path / "ray"))
+    up = subprocess.run([str(SCRIPT), "up"], capture_output=True, text=True, timeout=60, env=env)
+    assert up.returncode == 2 and f"chmod 600 {token}" in up.stderr and not (tmp_path / "ray").exists()
