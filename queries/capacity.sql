@@ -78,5 +78,6 @@ SELECT run_id, target, node, algorithm, draft_tokens, mode,
        capacity, capacity_low, capacity_high, first_fail,
        round(tok_s, 2) AS tok_s, round(user_tok_s, 2) AS user_tok_s, round(accept_len, 3) AS accept_len,
        levels_probed, steps, round(step_s, 1) AS step_s, nullif(note, '') AS note, emulated
-FROM (FROM per_target UNION ALL BY NAME FROM fleet)
-ORDER BY run_id, node = '(fleet)', target;
+FROM (FROM per_target UNION ALL BY NAME FROM fleet) c
+ORDER BY run_id, node = '(fleet)',
+         (SELECT min(target_index) FROM steps s WHERE s.run_id = c.run_id AND s.target = c.target), target;
