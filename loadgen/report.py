@@ -491,7 +491,8 @@ def change_plot(report: Report) -> Plot | None:
         ax.text(0.02, 0.03, "noise unknown: one repeat per level", transform=ax.transAxes, fontsize=8,
                 color="#a00")
     _level_axis(ax, rows)
-    ax.set_ylabel("aggregate tok/s vs baseline (%)")
+    baselines = {report.label(r) for r in base.values()}
+    ax.set_ylabel(f"aggregate tok/s vs {baselines.pop() if len(baselines) == 1 else 'baseline'} (%)")
     ax.margins(y=0.15)
     _series_legend(report, ax, series)
     caption = ("Change of aggregate tok/s against the baseline at the same level; above zero = faster. "
@@ -852,7 +853,8 @@ def _comparison_table(report: Report, rows: Rows) -> str:
     base = _swatch(report.colour({**r0, "target": r0["baseline_target"], "algorithm": r0["baseline_algorithm"]}),
                    r0["baseline_target"])
     other = _swatch(report.colour(r0), r0["target"])
-    head = (f"<tr><th>level</th><th>{base} tok/s</th><th>{other} tok/s</th><th>change</th>"
+    change = f"{html.escape(r0['target'])} vs {html.escape(r0['baseline_target'])}"
+    head = (f"<tr><th>level</th><th>{base} tok/s</th><th>{other} tok/s</th><th>{change}</th>"
             f"<th>{base} accept len</th><th>{other} accept len</th><th>signal</th></tr>")
     body = "".join(
         f"<tr><td>{_level_text(r)}</td><td>{_fmt(r['baseline_tok_s'])}</td><td>{_fmt(r['tok_s'])}</td>"
