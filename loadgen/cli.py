@@ -45,6 +45,8 @@ def _adhoc(args: argparse.Namespace) -> int:
         exp = parse_experiment(experiment, Path("."), "--flags")
     except ConfigError as exc:  # name the flag the user typed, not the config key it became
         flag = next((f for k, f in _FLAG_OF_KEY.items() if exc.key.startswith(k)), exc.key)
+        if flag == "--slo" and exc.key.startswith("slo."):   # which of the flag's lines
+            flag = f"--slo {exc.key.removeprefix('slo.')}"
         raise ConfigError(flag, exc.problem, exc.fix) from None
     folder = results_folder(args.results)
     check_writable(folder)
@@ -66,7 +68,7 @@ _FLAG_OF_KEY = {"load.concurrency": "--concurrency", "load.requests": "--request
                 "load.workers_per_target": "--workers", "load.stall_timeout_s": "--stall-timeout",
                 "load.request_timeout_s": "--request-timeout", "load.error_budget": "--error-budget",
                 "prompts.max_new_tokens": "--max-tokens", "prompts.seed": "--seed", "run.name": "--name",
-                "targets[0].url": "--url", "targets[0].flavor": "--flavor", "targets": "--url"}
+                "targets[0].url": "--url", "targets[0].flavor": "--flavor", "targets": "--url", "slo": "--slo"}
 
 
 def _query(args: argparse.Namespace) -> int:

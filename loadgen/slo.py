@@ -7,6 +7,7 @@ experiment file or `--slo`, checks it, and says how many requests a clear call n
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -60,7 +61,9 @@ def parse_slo(raw: dict[str, Any], key: str = "slo") -> Slo:
     values: dict[str, float] = {}
     for name, value in raw.items():
         if name not in known:
-            raise ConfigError(f"{key}.{name}", "unknown key", f"known keys here: {', '.join(known)}")
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+            hint = f"did you mean `{close[0]}`? " if close else ""
+            raise ConfigError(f"{key}.{name}", "unknown key", f"{hint}known keys here: {', '.join(known)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ConfigError(f"{key}.{name}", f"must be a number > 0, got {value!r}")
         values[name] = float(value)
