@@ -163,6 +163,13 @@ def test_token_fleet_refuses_strangers_and_no_secret_leaks(tmp_path):
             assert not [line for line in procs if secret in line]
         assert _files_with(results, secrets) == []
         assert _files_with(Path(ray_dir), secrets) == []             # Ray's own logs, the job driver's log
+        environs = []   # the token is in no process's environment either (only its file's path is)
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                environs.append(Path(f"/proc/{pid}/environ").read_bytes())
+            except OSError:
+                continue
+        assert len(environs) > 10 and not [e for e in environs if token.encode() in e]
     finally:
         subprocess.run([str(SCRIPT), "down"], capture_output=True, text=True, timeout=120, env=env)
         shutil.rmtree(ray_dir, ignore_errors=True)
