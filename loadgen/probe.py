@@ -13,9 +13,15 @@ from typing import Any
 import aiohttp
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from loadgen.errors import TargetError
+from loadgen.secrets import masked_server_info
 
 _TIMEOUT = aiohttp.ClientTimeout(total=10)
 
@@ -62,9 +68,10 @@ async def server_info(session: aiohttp.ClientSession, url: str, api_key: str | N
 
 async def sglang_server_info(session: aiohttp.ClientSession, url: str, api_key: str | None = None,
                              within_s: float = 10.0) -> dict[str, Any] | None:
-    """`/get_server_info` when the server is SGLang, None when it answers but is not (vLLM, llama.cpp, ...)."""
+    """`/get_server_info` when the server is SGLang, None when it answers but is not (vLLM, llama.cpp, ...).
+    Secret fields are masked here: SGLang reports its api_key and launch command, and the info is stored."""
     _, info = await _get_json(session, url, "/get_server_info", api_key, within_s)
-    return info if isinstance(info, dict) and "version" in info else None
+    return masked_server_info(info) if isinstance(info, dict) and "version" in info else None
 
 
 async def openai_models(session: aiohttp.ClientSession, url: str, api_key: str | None = None,

@@ -137,3 +137,32 @@ def test_a_missing_secret_stops_the_launch_with_one_line(ray_local, tmp_path):
     finally:
         ray.kill(server)
     assert "LOADGEN_TEST_UNSET_KEY is not set on this node (fix:" in str(exc.value)
+
+
+def test_sglang_server_info_is_masked_where_it_is_read():
+    """Real SGLang reports its api_key and launch command in /get_server_info, which goes into steps.server_info:
+    the probe masks it as it reads it."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from conftest import serve_app
+    from loadgen import probe
+
+    key = "sk-probe-" + "9" * 20
+
+    async def info(request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.5.23", "api_key": key,
+                                  "launch_command": f"python -m sglang.launch_server --api-key {key} --port 1"})
+
+    app = web.Application()
+    app.router.add_get("/get_server_info", info)
+
+    async def read(url: str) -> dict:
+        async with aiohttp.ClientSession() as session:
+            return await probe.sglang_server_info(session, url)
+
+    with serve_app(app) as url:
+        got = asyncio.run(read(url))
+    assert got["version"] == "0.5.23" and key not in str(got)
