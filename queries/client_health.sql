@@ -45,8 +45,9 @@ WITH w AS (
       ON c.run_id = w.run_id AND c.step_id = w.step_id AND c.t_ns >= w.t0 AND c.t_ns < w.t1
     GROUP BY w.run_id, w.step_id
 ), sends AS (   -- each worker's send times in the step, in order
-    SELECT run_id, step_id, worker, list(coalesce(t_sent_ns, t_scheduled_ns) ORDER BY coalesce(t_sent_ns, t_scheduled_ns)) AS ts
-    FROM requests GROUP BY ALL
+    SELECT run_id, step_id, worker, list(t ORDER BY t) AS ts
+    FROM (SELECT run_id, step_id, worker, coalesce(t_sent_ns, t_scheduled_ns) AS t FROM requests)
+    GROUP BY ALL
 ), loaded AS (  -- the samples of the span where the worker's C slots were all started and still sending
     SELECT w.run_id, w.step_id, avg((c.in_flight >= c.target_in_flight)::int) AS share
     FROM w JOIN client_samples c

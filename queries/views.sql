@@ -37,25 +37,38 @@ SELECT * FROM read_parquet(getvariable('results') || '/' || name || '/run_id=*/*
 WHERE getvariable('run_ids') IS NULL OR list_contains(getvariable('run_ids'), run_id);
 
 -- A run writes its row twice: status 'running' at the start, the final status at the end (a driver killed
--- with SIGKILL leaves only the first). The view keeps the newest row of each run.
--- Schema 3 added runs.slo and steps.probe: NULL in rows of older files.
+-- with SIGKILL leaves only the first); a resume (--resume) writes it again. The view keeps the newest row of
+-- each run (written_at_ns; older files have none: their final row, else the running one).
+-- Schema 3 added runs.slo and steps.probe, schema 4 runs.config_hash, superseded_steps and written_at_ns:
+-- NULL in rows of older files.
 CREATE OR REPLACE VIEW runs AS
-FROM (FROM results_table('runs', by_name := true) UNION ALL BY NAME SELECT NULL::VARCHAR AS slo WHERE false)
-QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at_ns DESC NULLS LAST) = 1;
+FROM (FROM results_table('runs', by_name := true)
+      UNION ALL BY NAME SELECT NULL::VARCHAR AS slo, NULL::VARCHAR AS config_hash,
+                               NULL::INTEGER[] AS superseded_steps, NULL::BIGINT AS written_at_ns WHERE false)
+QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY coalesce(written_at_ns, finished_at_ns) DESC NULLS LAST) = 1;
+
+-- A resumed run is one run: the steps that had not completed when its driver stopped (and a step the driver
+-- died in, which has rows but no steps row) were run again after the resume, under new step ids. The resume
+-- lists the old ids in runs.superseded_steps, and every view below leaves their rows out (the files keep them).
+CREATE OR REPLACE VIEW superseded_steps AS
+SELECT run_id, unnest(superseded_steps) AS step_id FROM runs WHERE superseded_steps IS NOT NULL;
 
 CREATE OR REPLACE VIEW steps AS
-FROM results_table('steps', by_name := true) UNION ALL BY NAME SELECT NULL::VARCHAR AS probe WHERE false;
+FROM (FROM results_table('steps', by_name := true) UNION ALL BY NAME SELECT NULL::VARCHAR AS probe WHERE false)
+ANTI JOIN superseded_steps USING (run_id, step_id);
 
-CREATE OR REPLACE VIEW requests AS FROM results_table('requests');
+CREATE OR REPLACE VIEW requests AS FROM results_table('requests') ANTI JOIN superseded_steps USING (run_id, step_id);
 
-CREATE OR REPLACE VIEW frames AS FROM results_table('frames');
+CREATE OR REPLACE VIEW frames AS FROM results_table('frames') ANTI JOIN superseded_steps USING (run_id, step_id);
 
-CREATE OR REPLACE VIEW server_samples AS FROM results_table('server_samples');
+CREATE OR REPLACE VIEW server_samples AS
+FROM results_table('server_samples') ANTI JOIN superseded_steps USING (run_id, step_id);
 
 -- Schema 2 added read_delay_max_ms: NULL in rows of older files (and present even when all files are older).
 CREATE OR REPLACE VIEW client_samples AS
-FROM results_table('client_samples', by_name := true)
-UNION ALL BY NAME SELECT NULL::DOUBLE AS read_delay_max_ms WHERE false;
+FROM (FROM results_table('client_samples', by_name := true)
+      UNION ALL BY NAME SELECT NULL::DOUBLE AS read_delay_max_ms WHERE false)
+ANTI JOIN superseded_steps USING (run_id, step_id);
 
 -- One row per step with the columns every result row is labelled with.
 CREATE OR REPLACE VIEW step_info AS
@@ -216,25 +229,31 @@ CREATE OR REPLACE MACRO sample_stats(x) AS
 --   tpot_ms       (t_last - t_first) / (completion_tokens - 1)  measured ok requests, >= 2 tokens
 --   decode_tok_s  1 / TPOT in tokens/s                           same requests
 --   e2e_ms        t_done_ns - t_sent_ns                          measured ok requests
---   itl_frame_ms  gap between consecutive output frames          frames of measured ok requests
---   itl_token_ms  that gap / tokens of the later frame           same frames, tokens known and > 0
+--   itl_ms        token-weighted ITL: each output frame after the first gives one sample per token it
+--                 carries, its gap to the previous frame / its tokens (SGLang bench_serving's ITL; the mean
+--                 is the token-weighted TPOT)            frames of measured ok requests, tokens known and > 0
+--   itl_frame_ms  gap between consecutive output frames, one sample per frame (vLLM bench serve's ITL: one
+--                 sample per streamed chunk)              frames of measured ok requests
 -- Aggregated wide (one pass per source) and unpivoted afterwards: 10x faster than a long sample table.
+-- itl_ms's samples are the frames repeated `tokens` times (range(tokens)); its frame-level rows (i = 0) give
+-- itl_frame_ms in the same pass.
 CREATE OR REPLACE VIEW step_latency AS
 WITH wide AS (
     SELECT run_id, step_id, target,
            sample_stats(ttft_ms) AS ttft_ms, sample_stats(tpot_ms) AS tpot_ms,
            sample_stats(decode_tok_s) AS decode_tok_s, sample_stats(e2e_ms) AS e2e_ms,
-           NULL AS itl_frame_ms, NULL AS itl_token_ms
+           NULL AS itl_ms, NULL AS itl_frame_ms
     FROM measured WHERE status = 'ok'
     GROUP BY run_id, step_id, target
     UNION ALL BY NAME
     SELECT run_id, step_id, target,
-           sample_stats(gap_ns / 1e6) AS itl_frame_ms,
-           sample_stats(gap_ns / 1e6 / nullif(tokens, 0)) AS itl_token_ms
-    FROM measured_frames WHERE gap_ns IS NOT NULL
+           sample_stats(if(tokens > 0, gap_ns / 1e6 / tokens, NULL)) AS itl_ms,
+           sample_stats(if(t.i = 0, gap_ns / 1e6, NULL)) AS itl_frame_ms
+    FROM measured_frames, range(greatest(coalesce(tokens, 0), 1)) AS t(i)
+    WHERE gap_ns IS NOT NULL
     GROUP BY run_id, step_id, target
 ), long AS (
-    UNPIVOT wide ON ttft_ms, tpot_ms, decode_tok_s, e2e_ms, itl_frame_ms, itl_token_ms
+    UNPIVOT wide ON ttft_ms, tpot_ms, decode_tok_s, e2e_ms, itl_ms, itl_frame_ms
     INTO NAME metric VALUE s
 )
 SELECT run_id, step_id, target, metric, s.n, s.mean, s.q, s.max
@@ -317,13 +336,16 @@ CREATE OR REPLACE MACRO wilson_high(k, n) AS CASE WHEN n > 0 THEN
 -- when attainment (met / measured) reaches the SLO's and the error rate stays at or below its ceiling.
 -- clear: the attainment interval lies wholly on the side of the call (the error ceiling is judged on its point
 -- value: a 1% ceiling could never be cleared by an interval on a few dozen requests). A step that measured no
--- request at all is a clear fail.
-CREATE OR REPLACE MACRO slo_verdict(has_slo, met, measured, failed, attainment, max_error_rate) AS
+-- request at all is a clear fail. A step whose server died (steps.status 'failed', README: "Servers that crash at
+-- the limit") is a clear fail whatever its requests say: the server did not hold that load.
+CREATE OR REPLACE MACRO slo_verdict(has_slo, met, measured, failed, attainment, max_error_rate, died := false) AS
     CASE WHEN NOT has_slo THEN NULL
+         WHEN died THEN 'fail'
          WHEN measured > 0 AND met / measured >= attainment AND failed / measured <= max_error_rate THEN 'pass'
          ELSE 'fail' END;
-CREATE OR REPLACE MACRO slo_clear(verdict, met, measured, attainment) AS
-    CASE WHEN verdict = 'pass' THEN wilson_low(met, measured) >= attainment
+CREATE OR REPLACE MACRO slo_clear(verdict, met, measured, attainment, died := false) AS
+    CASE WHEN died AND verdict = 'fail' THEN true
+         WHEN verdict = 'pass' THEN wilson_low(met, measured) >= attainment
          WHEN verdict = 'fail' THEN coalesce(wilson_high(met, measured) < attainment
                                              OR met / measured >= attainment, true) END;
 
@@ -359,7 +381,8 @@ SELECT s.run_id, s.step_id, s.target, s.level, s.window_s, s.step_s,
             CASE greatest(c.ttft_missed, c.tpot_missed, c.e2e_missed)
                  WHEN c.ttft_missed THEN 'ttft' WHEN c.tpot_missed THEN 'tpot' ELSE 'e2e' END END AS worst_line,
        o.ttft_ms IS NOT NULL OR o.tpot_ms IS NOT NULL OR o.e2e_s IS NOT NULL AS has_slo,
-       o.attainment AS slo_attainment, o.max_error_rate AS slo_max_error_rate
+       o.attainment AS slo_attainment, o.max_error_rate AS slo_max_error_rate,
+       s.step_status = 'failed' AS server_died
 FROM step_info s
 JOIN run_slo o USING (run_id)
 LEFT JOIN counts c USING (run_id, step_id, target);
@@ -372,12 +395,13 @@ WITH pooled AS (
            count(*) AS steps, sum(g.step_s) AS step_s,
            sum(g.measured) AS measured, sum(g.failed) AS failed, sum(g.met) AS met,
            any_value(g.has_slo) AS has_slo, any_value(g.slo_attainment) AS slo_attainment,
-           any_value(g.slo_max_error_rate) AS slo_max_error_rate, bool_or(s.emulated) AS emulated
+           any_value(g.slo_max_error_rate) AS slo_max_error_rate, bool_or(s.emulated) AS emulated,
+           bool_or(g.server_died) AS server_died
     FROM step_slo g JOIN step_info s USING (run_id, step_id, target)
     GROUP BY ALL
 )
 SELECT *, met / nullif(measured, 0) AS attainment, failed / nullif(measured, 0) AS error_rate,
-       slo_verdict(has_slo, met, measured, failed, slo_attainment, slo_max_error_rate) AS verdict,
-       slo_clear(slo_verdict(has_slo, met, measured, failed, slo_attainment, slo_max_error_rate), met, measured,
-                 slo_attainment) AS clear
+       slo_verdict(has_slo, met, measured, failed, slo_attainment, slo_max_error_rate, died := server_died) AS verdict,
+       slo_clear(slo_verdict(has_slo, met, measured, failed, slo_attainment, slo_max_error_rate, died := server_died),
+                 met, measured, slo_attainment, died := server_died) AS clear
 FROM pooled;

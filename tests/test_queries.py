@@ -126,17 +126,51 @@ def test_latency_percentiles_of_measured_ok_requests(tmp_path):
     r.request("r", 1, "t", "failed", sent_ms=1000, frames=[(1900, 1), (1999, 1)], status="stream_broken")
     r.request("r", 1, "t", "warm", sent_ms=900, frames=[(1950, 1), (1990, 1)], phase="warmup")
     rows = {x["metric"]: x for x in query(r.write(tmp_path), "latency_by_concurrency")}
-    assert list(rows) == ["ttft_ms", "itl_frame_ms", "itl_token_ms", "tpot_ms", "decode_tok_s", "e2e_ms"]
+    assert list(rows) == ["ttft_ms", "itl_ms", "itl_frame_ms", "tpot_ms", "decode_tok_s", "e2e_ms"]
     ttft = rows["ttft_ms"]                               # samples 100, 200
     assert (ttft["n"], ttft["p50"], ttft["p90"], ttft["p99"], ttft["max"]) == (2, 150, 190, 199, 200)
     itl = rows["itl_frame_ms"]                           # gaps 50, 100 (a) and 20 (b)
     assert (itl["n"], itl["mean"], itl["p50"], itl["max"]) == (3, round(170 / 3, 2), 50, 100)
-    per_token = rows["itl_token_ms"]                     # 50/2, 100/4, 20/1
-    assert (per_token["p50"], per_token["max"]) == (25, 25)
+    per_token = rows["itl_ms"]     # token-weighted: 25, 25 (a's 2nd frame), 25 x 4 (a's 3rd), 20 (b's 2nd)
+    assert (per_token["n"], per_token["mean"], per_token["p50"], per_token["max"]) == (7, round(170 / 7, 2), 25, 25)
+    # its mean is the token-weighted TPOT: a's 150 ms over 6 tokens and b's 20 ms over 1, pooled
     tpot = rows["tpot_ms"]                               # a: 150 ms / 6, b: 20 ms / 1
     assert (tpot["p50"], tpot["max"]) == (22.5, 25)
     assert rows["decode_tok_s"]["max"] == 50 and rows["decode_tok_s"]["n"] == 2   # 1000/20, 1000/25
     assert rows["e2e_ms"]["max"] == 300                  # a: done at 1300, sent at 1000
+
+
+def test_itl_ms_is_sglang_bench_serving_itl_and_itl_frame_ms_is_vllm_bench_serve_itl(tmp_path):
+    """The peers' ITL computed as their clients do, over the same streams: SGLang's bench_serving (/generate)
+    extends its list with gap / new tokens, once per new token; vLLM's bench serve appends one gap per chunk.
+    Frames carry 1-5 tokens, as under speculative decoding."""
+    import random
+    import statistics
+    rng = random.Random(7)
+    r = one_step()
+    sglang, vllm = [], []
+    for k in range(40):
+        t, frames = 1000.0 + k, []
+        for _ in range(rng.randint(2, 12)):
+            t += rng.choice([3.0, 20.0, 35.0, 80.0])
+            frames.append((t, rng.randint(1, 5)))
+        r.request("r", 1, "t", f"q{k}", sent_ms=1000 + k, frames=frames)
+        for (t0, _), (t1, tokens) in zip(frames, frames[1:]):
+            sglang.extend([(t1 - t0) / tokens] * tokens)
+            vllm.append(t1 - t0)
+    rows = {x["metric"]: x for x in query(r.write(tmp_path), "latency_by_concurrency")}
+
+    def percentile(xs: list[float], q: float) -> float:   # numpy's default (linear), as both peers use
+        xs = sorted(xs)
+        pos = q * (len(xs) - 1)
+        lo = int(pos)
+        return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (pos - lo)
+    for metric, samples in (("itl_ms", sglang), ("itl_frame_ms", vllm)):
+        row = rows[metric]
+        assert row["n"] == len(samples)
+        assert row["mean"] == pytest.approx(statistics.fmean(samples), abs=0.006)
+        for col, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+            assert row[col] == pytest.approx(percentile(samples, q), abs=0.006), (metric, col)
 
 
 def test_latency_without_usage_keeps_frame_gaps_only(tmp_path):

@@ -114,9 +114,10 @@ def test_concurrency_pair_is_the_reports_c8_vs_c16_table(tmp_path):
             t = 1000 + ttft
             r.request("x", c, "dflash", f"{c}-{i}", sent_ms=1000, frames=[(t, 1), (t + itl, 1), (t + 2 * itl, 1)])
     rows = {x["metric"]: x for x in query(r.write(tmp_path), "concurrency_pair")}
-    assert list(rows) == ["ttft_ms", "itl_frame_ms", "itl_token_ms", "decode_tok_s"]
+    assert list(rows) == ["ttft_ms", "itl_ms", "itl_frame_ms", "decode_tok_s"]
     assert (rows["ttft_ms"]["p50_a"], rows["ttft_ms"]["p50_b"]) == (438, 2000)
     assert (rows["itl_frame_ms"]["p50_a"], rows["itl_frame_ms"]["p50_b"]) == (48, 85)
+    assert (rows["itl_ms"]["mean_a"], rows["itl_ms"]["mean_b"]) == (48, 85)   # one token a frame: the same
     assert rows["decode_tok_s"]["p50_a"] == round(1000 / 48, 2)                         # 2 tokens over 96 ms
     assert rows["ttft_ms"]["change_pct"] == round(100 * (2000 / 438 - 1), 1)
     other = query(tmp_path, "concurrency_pair", conc_a=16, conc_b=8)
