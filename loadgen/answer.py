@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from loadgen import analysis
+from loadgen.slo_answer import capacity_lines   # the capacity at the SLO, when the run has one
 
 WIDTH = 120        # the table fits a 120-column terminal or log viewer
 NAME_WIDTH = 12    # a series name in a column header is cut to this
@@ -32,7 +32,7 @@ SELECT c.run_id, c.baseline_target, c.target, c.concurrency, c.rate,
        round(c.baseline_tok_s, 2) AS baseline_tok_s, round(c.baseline_accept_len, 3) AS baseline_accept_len,
        round(c.tok_s, 2) AS tok_s, round(c.accept_len, 3) AS accept_len,
        round(c.tok_s_change_pct, 1) AS tok_s_change_pct,   -- rounded as compare_algorithms shows them
-       least(c.repeats, c.baseline_repeats) AS repeats, c.signal
+       least(c.repeats, c.baseline_repeats) AS repeats, c.signal, c.any_emulated AS emulated
 FROM comparison c
 LEFT JOIN n nb ON nb.run_id = c.run_id AND nb.target = c.baseline_target
               AND nb.algorithm IS NOT DISTINCT FROM c.baseline_algorithm
@@ -62,6 +62,7 @@ class Level:
     change_pct: float | None   # tok/s of the other series vs the baseline's
     repeats: int
     signal: bool | None        # None: unknown (one repeat); False: inside the spread over repeats
+    emulated: bool             # a series ran on loadgen's emulator: the numbers are its model's
 
 
 @dataclass
@@ -85,7 +86,7 @@ def comparisons(con: duckdb.DuckDBPyConnection) -> list[Comparison]:
         pairs.setdefault((r["run_id"], r["baseline_target"], r["target"]), []).append(Level(
             f"rate={value:g}/s" if is_rate else f"C={value}", value, r["baseline_n"], r["n"], r["baseline_tok_s"],
             r["baseline_accept_len"], r["tok_s"], r["accept_len"], r["tok_s_change_pct"], r["repeats"],
-            r["signal"]))
+            r["signal"], bool(r["emulated"])))
     return [Comparison(run, base, other, headline(base, other, levels), levels)
             for (run, base, other), levels in pairs.items()]
 
@@ -163,16 +164,6 @@ def _num(value: float | None, places: int) -> str:
     return "" if value is None else f"{value:.{places}f}"
 
 
-def capacity_lines(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Capacity at the SLO, a line per target, when queries/capacity.sql answers for the run (an [slo] was
-    set); else nothing. The place for the SLO answer in the job's output."""
-    if "capacity" not in analysis.list_queries():
-        return []
-    rows = analysis.run_query(con, "capacity").to_pylist()
-    return [f"{r['target']}: capacity {r['capacity']} ({r['capacity_low']}-{r['capacity_high']}) at the SLO"
-            + (f"; {r['note']}" if r.get("note") else "") for r in rows]
-
-
 def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -> str:
     """What the job prints after a run: headlines, then a table per comparison, then where the rest is."""
     found = comparisons(con)
@@ -181,6 +172,8 @@ def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -
                             subsequent_indent="    ") for c in found] or [
         "  one series only: nothing to compare (add a second target to compare algorithms)"]
     lines += [f"  {line}" for line in capacity_lines(con)]
+    if any(lv.emulated for c in found for lv in c.levels):
+        lines.append("  (emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
     for c in found:
         lines += ["", f"{c.other} vs {c.baseline} (n = measured requests, {c.baseline}/{c.other}; acc = acceptance "
                       "length; change = tok/s vs the baseline):", table(c)]

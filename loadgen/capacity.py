@@ -9,17 +9,16 @@ import sys
 import time
 from pathlib import Path
 
-from loadgen import __version__, analysis, ray_setup
+from loadgen import __version__, analysis, answer, ray_setup
 from loadgen.config import load_experiment
 from loadgen.errors import ConfigError, LoadgenError, user_message
 from loadgen.runner import run_experiment
 from loadgen.sink import check_writable
 from loadgen.slo import parse_slo_flag
-from loadgen.slo_answer import capacity_lines
 
 log = functools.partial(print, flush=True)
 
-CAPACITY_QUERIES = ("compare_algorithms",)
+CAPACITY_QUERIES: tuple[str, ...] = ()   # the answer (loadgen/answer.py) is the capacity job's output
 FLEET_QUERIES = ("fleet_nodes", "fleet_capacity")
 
 
@@ -46,10 +45,12 @@ def results_folder(given: str | None) -> Path:
 
 def plain_output_in_logs() -> None:
     """When stdout is not a terminal (`ray job logs`, a file), Ray prints the workers' lines without colour
-    codes; the workers print plain progress lines instead of bars (runner._bring_up)."""
+    codes and without folding similar lines of different workers into `[repeated Nx]`; the workers print plain
+    progress lines instead of bars (runner._bring_up)."""
     if not sys.stdout.isatty():
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 def run_capacity(config_path: str, results: str | None, ray_address: str | None,
                  queries: tuple[str, ...] = CAPACITY_QUERIES, fleet: bool = False, slo: str | None = None) -> int:
@@ -67,11 +68,11 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
     result = run_experiment(exp, str(folder), log=log)
     con = analysis.open_results(result.results_dir, [result.run_id])
     log(f"\nrun {result.run_id}: {result.status}{' - ' + result.reason if result.reason else ''}")
-    if exp.slo:
-        log("\ncapacity " + "\n".join(capacity_lines(con)))
+    answer.write_summary(con, result.results_dir, result.run_id, result.status)
+    log(answer.answer_text(con, result.results_dir, result.run_id))   # the answer first, then what the job adds
     for query in queries:
         log(f"\n{query}:\n" + analysis.render(analysis.run_query(con, query), "table"))
-    log(f"results: {result.results_dir}  (loadgen query {queries[0]} --results {result.results_dir})")
+    log(f"results: {result.results_dir}")
     return 0 if result.status == "complete" else 1
 
 
