@@ -1,8 +1,10 @@
 """The capacity search: which load level to probe next, from the verdicts of the levels probed so far.
 
-Up geometrically from `search_min` until a level fails the SLO, then bisect between the last pass and the first
-fail down to adjacent levels (closed loop: concurrency, whole numbers) or to a relative tolerance (open loop:
-rates). A level whose call is too close to the threshold (its attainment interval straddles it) is run again,
+From a start level, up geometrically while levels pass (or down while they fail) until the verdict flips, then
+bisect between the last pass and the first fail down to adjacent levels (closed loop: concurrency, whole
+numbers) or to a relative tolerance (open loop: rates). The start defaults to the geometric middle of
+[search_min, search_max], because the ends are the dear levels: a low level takes many serial requests to judge,
+a level far past the capacity a long drain of queued requests. A level whose call is too close to the threshold (its attainment interval straddles it) is run again,
 up to `max_runs` runs in all, before the search moves on; after that its point estimate decides.
 
 `next_probe` is a pure function of the verdicts: the same verdicts always give the same path, so the search
@@ -17,7 +19,8 @@ from typing import Any
 
 from loadgen.errors import ConfigError
 
-SEARCH_KEYS = ("search", "search_min", "search_max", "search_growth", "search_tolerance", "search_max_runs")
+SEARCH_KEYS = ("search", "search_min", "search_max", "search_start", "search_growth", "search_tolerance",
+               "search_max_runs")
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class SearchConfig:
     tolerance: float = 0.1    # open loop: bisection stops once fail / pass - 1 <= tolerance
     max_runs: int = 3         # runs of one level in all while its call is unclear
     rates: bool = False       # open loop: levels are request rates, else concurrency
+    start: float | None = None  # the first level probed (None: search_min)
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,8 @@ def next_probe(cfg: SearchConfig, verdicts: dict[float, Verdict]) -> Probe | Non
     """The next level to run, or None when the search is done."""
     passed: float | None = None
     failed: float | None = None
-    level, reason = cfg.low, "start at search_min"
+    level = cfg.low if cfg.start is None else cfg.start
+    reason = "start at search_min" if cfg.start is None else "start"
     while True:
         verdict = verdicts.get(level)
         if verdict is None:
@@ -73,8 +78,11 @@ def _next_level(cfg: SearchConfig, passed: float | None, failed: float | None) -
             return None
         up = min(_round(cfg, passed * cfg.growth, above=passed), cfg.high)
         return up, f"up from a pass at {_fmt(passed)}"
-    if passed is None:   # the first level failed: the capacity is below search_min
-        return None
+    if passed is None:   # every level so far failed: go down
+        if failed <= cfg.low:
+            return None      # the capacity is below search_min
+        down = max(_round(cfg, failed / cfg.growth, above=cfg.low - 1), cfg.low)
+        return min(down, failed - 1) if not cfg.rates else down, f"down from a fail at {_fmt(failed)}"
     if cfg.rates and failed / passed - 1 <= cfg.tolerance or not cfg.rates and failed - passed <= 1:
         return None
     middle = math.sqrt(passed * failed) if cfg.rates else (passed + failed) // 2
@@ -115,6 +123,11 @@ def parse_search(t: Any, rates: bool) -> SearchConfig | None:
         raise ConfigError("load.search_min", f"must be > 0, got {low!r}")
     if not high > low or not math.isfinite(high):
         raise ConfigError("load.search_max", f"must be above search_min = {low:g}, got {high!r}")
+    start = t.get("search_start", number, None)
+    if start is None:   # the geometric middle: it spares the dear ends of the range (module docstring)
+        start = _round(SearchConfig(low, high, rates=rates), math.sqrt(low * high), above=low - 1)
+    if not low <= start <= high:
+        raise ConfigError("load.search_start", f"must be within search_min..search_max, got {start!r}")
     growth = t.get("search_growth", float, 2.0)
     if not 1 < growth <= 16:
         raise ConfigError("load.search_growth", f"must be above 1 (at most 16), got {growth:g}", "e.g. 2: double")
@@ -128,4 +141,4 @@ def parse_search(t: Any, rates: bool) -> SearchConfig | None:
     max_runs = t.get("search_max_runs", int, 3)
     if max_runs < 1:
         raise ConfigError("load.search_max_runs", f"must be >= 1, got {max_runs}")
-    return SearchConfig(float(low), float(high), growth, tolerance, max_runs, rates)
+    return SearchConfig(float(low), float(high), growth, tolerance, max_runs, rates, float(start))

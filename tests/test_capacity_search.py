@@ -14,7 +14,8 @@ from loadgen import analysis
 from loadgen.config import parse_experiment
 from loadgen.runner import run_experiment
 
-TOKENS = 64          # a response takes ~0.7 s at time-scale 10: a queued request waits a good part of that
+TOKENS = 128         # a response takes ~1.3 s at time-scale 10; a request queued behind K running ones waits
+                     # about that / K (>= 320 ms for K <= 4), far above the line
 SLO = {"ttft_ms": 200, "attainment": 0.8}   # TTFT stays under ~130 ms up to C = K (prefill with a full batch)
 
 
@@ -63,8 +64,8 @@ def test_search_probes_are_ordinary_steps_with_their_reasons(search):
     con = analysis.open_results(results, [run_id])
     probes = con.execute("SELECT target, concurrency, probe FROM steps ORDER BY step_id").fetchall()
     k2 = [(c, p) for t, c, p in probes if t == "k2"]
-    assert k2[0] == (1, "start at search_min") and k2[1] == (2, "up from a pass at 1")
-    assert (3, "bisect between a pass at 2 and a fail at 4") in k2
+    assert k2[0] == (4, "start")                     # the geometric middle of 1..16
+    assert (2, "down from a fail at 4") in k2 and (3, "bisect between a pass at 2 and a fail at 4") in k2
     # both targets ran in the same steps while both were searching, each at its own level
     shared = con.execute("SELECT count(*) FROM (SELECT step_id FROM steps GROUP BY step_id "
                          "HAVING count(DISTINCT target) = 2 AND count(DISTINCT concurrency) = 2)").fetchall()
@@ -79,7 +80,11 @@ def test_each_probe_measured_enough_requests_for_a_clear_call(search):
     con = analysis.open_results(results, [run_id])
     goodput = analysis.run_query(con, "goodput").to_pylist()
     assert all(g["measured"] >= 16 for g in goodput), goodput   # 1.96^2 x 0.8 / 0.2 -> 16 requests
-    assert all(g["clear"] for g in goodput if g["concurrency"] in (1, 2)), goodput
+    runs: dict[tuple, int] = {}
+    for g in goodput:
+        runs[(g["target"], g["concurrency"])] = runs.get((g["target"], g["concurrency"]), 0) + 1
+    for g in goodput:   # an unclear call was run again (pooled), up to the budget of 3 runs
+        assert g["clear"] or runs[(g["target"], g["concurrency"])] > 1, g
 
 
 def test_a_grid_over_the_same_levels_gives_the_same_answer(servers, search, tmp_path):

@@ -265,3 +265,65 @@ def test_ray_job_stop_while_servers_start_is_a_stopped_run_not_a_failed_one(clus
     [(status, reason)] = con.execute("SELECT status, status_reason FROM runs").fetchall()
     assert (status, reason) == ("incomplete", "stopped: received SIGTERM"), log
     assert "SystemError" not in log
+
+
+CAPACITY_FLEET = f"""
+[fleet]
+name = "three-sparks-capacity"
+launch = "emulator"
+health_timeout_s = 60
+[fleet.replace]
+model-path = "{MARK}"
+[[fleet.nodes]]
+name = "spark1"
+resource = "spark1"
+flags = {{ seed = 1, time-scale = 10.0, max-running-requests = 2 }}
+[[fleet.nodes]]
+name = "spark2"
+resource = "spark2"
+flags = {{ seed = 2, time-scale = 10.0, max-running-requests = 3 }}
+[[fleet.nodes]]
+name = "spark3"
+labels = {{ loadgen-node = "spark3" }}
+flags = {{ seed = 3, time-scale = 10.0, max-running-requests = 4 }}
+"""
+
+CAPACITY_SEARCH = """
+[run]
+name = "fleet-capacity"
+[slo]
+ttft_ms = 200
+attainment = 0.8
+[load]
+search = "capacity"
+search_min = 1
+search_max = 8
+warmup_s = 0.5
+measure_s = 1.0
+drain_timeout_s = 30
+[prompts]
+max_new_tokens = 128
+[fleet]
+file = "fleet.toml"
+[[fleet.configurations]]
+profile = "none"
+"""
+
+
+def test_fleet_capacity_search_finds_each_nodes_own_capacity_and_sums_them(cluster, tmp_path):
+    """Each node's server admits a different number of requests (K = 2, 3, 4): searched together, each node
+    gets its own capacity, and the fleet's is their sum, printed as the job's answer."""
+    address, _ = cluster
+    (tmp_path / "fleet.toml").write_text(CAPACITY_FLEET)
+    (tmp_path / "search.toml").write_text(CAPACITY_SEARCH)
+    job = submit_job(address, ["python3", "-m", "jobs.fleet", "--config", str(tmp_path / "search.toml"),
+                               "--results", str(tmp_path / "results")], timeout_s=600)
+    assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-3000:]
+    con = analysis.open_results(tmp_path / "results")
+    rows = {(r["target"], r["node"]): r for r in analysis.run_query(con, "capacity").to_pylist()}
+    for node, k in (("spark1", 2), ("spark2", 3), ("spark3", 4)):
+        row = rows[(f"{node}.none", node)]
+        assert (row["capacity"], row["first_fail"]) == (k, k + 1), row
+    fleet = rows[("none", "(fleet)")]
+    assert fleet["capacity"] == 9 and fleet["note"] == "3 nodes", fleet
+    assert "fleet none: 9 users" in job.stdout, job.stdout[-3000:]

@@ -35,10 +35,11 @@ def _capacity(verdicts: dict[float, Verdict]) -> float | None:
     return max(below, default=None)
 
 
-@given(st.integers(1, 200), st.integers(1, 8), st.integers(2, 256))
-def test_closed_loop_search_finds_the_threshold_exactly_in_few_levels(capacity, low, high):
+@given(st.integers(1, 200), st.integers(1, 8), st.integers(2, 256), st.booleans())
+def test_closed_loop_search_finds_the_threshold_exactly_in_few_levels(capacity, low, high, from_middle):
     high = max(high, low + 1)
-    cfg = SearchConfig(float(low), float(high))
+    start = float(max(low, round(math.sqrt(low * high)))) if from_middle else None
+    cfg = SearchConfig(float(low), float(high), start=start)
     verdicts, probes = _search(cfg, lambda level: level <= capacity)
     expected = None if capacity < low else min(capacity, high)
     assert _capacity(verdicts) == expected
@@ -73,6 +74,18 @@ def test_an_unclear_level_is_run_again_up_to_the_budget_then_its_point_estimate_
     assert probes == [1, 2, 4, 8, 6, 6, 5]           # clear on its second run: no third
 
 
+def test_the_search_starts_in_the_middle_and_goes_down_from_a_fail():
+    exp = _exp({"search": "capacity", "search_min": 1, "search_max": 64}, {"ttft_ms": 500}, targets=1)
+    assert exp.load.search.start == 8.0
+    verdicts, probes = _search(exp.load.search, lambda level: level <= 6)
+    assert probes == [8, 4, 6, 7] and _capacity(verdicts) == 6     # the dear ends (1, 2, 32, 64) never run
+    verdicts, probes = _search(exp.load.search, lambda level: False)
+    assert probes == [8, 4, 2, 1] and _capacity(verdicts) is None
+    rates = _exp({"mode": "open", "search": "capacity", "search_min": 0.5, "search_max": 8.0}, {"ttft_ms": 1},
+                 targets=1).load.search
+    assert rates.start == 2.0
+
+
 def test_the_reasons_say_why_each_level_was_chosen():
     cfg = SearchConfig(1.0, 8.0)
     verdicts: dict[float, Verdict] = {}
@@ -92,7 +105,7 @@ def _exp(load: dict, slo: dict | None = None, targets: int = 2):
 
 
 def test_search_plan_drives_each_target_at_its_own_level_and_asks_for_a_clear_call():
-    exp = _exp({"search": "capacity", "search_max": 32}, {"ttft_ms": 500})
+    exp = _exp({"search": "capacity", "search_max": 32, "search_start": 1}, {"ttft_ms": 500})
     plan = SearchPlan(exp, exp.targets)
     verdicts = {"t0": {1.0: Verdict(True, True, 1), 2.0: Verdict(False, True, 1)},
                 "t1": {1.0: Verdict(True, True, 1)}}
@@ -105,7 +118,8 @@ def test_search_plan_drives_each_target_at_its_own_level_and_asks_for_a_clear_ca
 
 
 def test_open_loop_search_window_holds_enough_arrivals_for_a_clear_call():
-    exp = _exp({"mode": "open", "search": "capacity", "search_min": 0.5, "search_max": 8.0, "measure_s": 10.0},
+    exp = _exp({"mode": "open", "search": "capacity", "search_min": 0.5, "search_max": 8.0, "search_start": 0.5,
+                "measure_s": 10.0},
                {"ttft_ms": 500, "attainment": 0.8}, targets=1)
     step = SearchPlan(exp, exp.targets).next_step(0, lambda: {})
     assert step.loads[0].rate == 0.5 and step.loads[0].concurrency == exp.load.open_loop.max_in_flight
@@ -129,6 +143,7 @@ def test_grid_stops_a_target_after_failing_levels_in_a_row():
     ({"search": "capacity", "search_max": 8, "repeats": 2}, {"ttft_ms": 1}, "load.repeats"),
     ({"search": "capacity", "search_min": 8, "search_max": 8}, {"ttft_ms": 1}, "load.search_max"),
     ({"search": "capacity", "search_max": 8.5}, {"ttft_ms": 1}, "load.search_max"),
+    ({"search": "capacity", "search_max": 8, "search_start": 9}, {"ttft_ms": 1}, "load.search_start"),
     ({"search": "capacity", "search_max": 8, "search_tolerance": 0.1}, {"ttft_ms": 1}, "load.search_tolerance"),
     ({"search": "bayes", "search_max": 8}, {"ttft_ms": 1}, "load.search"),
     ({"concurrency": [1], "search_max": 8}, {"ttft_ms": 1}, "load.search_max"),

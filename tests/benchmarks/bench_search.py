@@ -30,7 +30,7 @@ LOAD = {"warmup_s": 0.5, "measure_s": 1.0, "drain_timeout_s": 60.0}
 def _run(url: str, load: dict, results: Path) -> tuple[list[dict], list[dict]]:
     """Run one experiment; its steps' (level, verdict, seconds) and its capacity rows."""
     exp = parse_experiment({"run": {"name": "bench"}, "load": {**LOAD, **load}, "slo": SLO,
-                            "prompts": {"seed": 5, "max_new_tokens": 64},
+                            "prompts": {"seed": 5, "max_new_tokens": 128},
                             "targets": [{"name": "t", "url": url}]}, Path("."))
     outcome = run_experiment(exp, str(results), log=lambda *a: None)
     con = analysis.open_results(results, [outcome.run_id])
@@ -54,9 +54,15 @@ def grid_then_bisect(url: str, top: int, folder: Path) -> tuple[list[dict], int 
     return steps, passed
 
 
+def _levels(steps: list[dict]) -> str:
+    """`C=8 fail 6.1 s, ...`: where the step-seconds went."""
+    return ", ".join(f"C={s['level']} {s['verdict']} {s['step_s']:.1f} s" for s in steps)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--k", type=int, nargs="+", default=[6], help="--max-running-requests of the emulator")
+    parser.add_argument("--k", type=int, nargs="+", default=[2, 4], help="--max-running-requests of the emulator "
+                        "(a queued request must wait longer than the TTFT line: about 1.3 s / K, so K <= 4)")
     parser.add_argument("--max", type=int, default=64, help="the grid's and the search's highest level")
     args = parser.parse_args()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -70,8 +76,10 @@ def main() -> None:
                                    folder / "search")
             grid, by_hand = grid_then_bisect(emu.url, args.max, folder)
             cost = {name: sum(s["step_s"] for s in steps) for name, steps in (("search", searched), ("grid", grid))}
-            print(f"{k:>3}  {'search':<22} {len(searched):>5} {cost['search']:>7.1f}  {row['capacity']:g}")
-            print(f"{k:>3}  {'grid + bisect by hand':<22} {len(grid):>5} {cost['grid']:>7.1f}  {by_hand}")
+            print(f"{k:>3}  {'search':<22} {len(searched):>5} {cost['search']:>7.1f}  {row['capacity']:g}  "
+                  + _levels(searched))
+            print(f"{k:>3}  {'grid + bisect by hand':<22} {len(grid):>5} {cost['grid']:>7.1f}  {by_hand}  "
+                  + _levels(grid))
             print(f"{k:>3}  search / grid: {cost['search'] / cost['grid']:.2f} of the step-seconds, "
                   f"{len(searched) / len(grid):.2f} of the steps; same answer: {row['capacity'] == by_hand}")
     ray.shutdown()
