@@ -222,9 +222,9 @@ class LoadWorker:
         _raise_priority(step.realtime_priority)  # an async method runs on the event-loop thread, the one to raise
         if self.flavor is None or (self.options is None and self.flavor != "sglang"):
             await self.preflight()  # a restarted actor lost the driver's configure()
-        self.step = step
         if not self.prompts:
             pool, shard = self.prompt_source
+        self.step = step
             self.prompts = await ray.get_actor(pool).shard.remote(shard)
         self.issuing = True
         self.measure_open = 0

@@ -133,6 +133,8 @@ def test_driver_stopped_mid_step(sig, tmp_path):
         if proc.poll() is None:
             proc.kill()
     text = "".join(out)
+    assert proc.returncode == 130 and "Traceback" not in text, text
+    assert re.search(r"^run stopped \(.*\); what was measured is kept$", text, re.M), text
     logs = list(results.glob("logs/run_id=*/*"))
     pids = [int(m) for f in logs for m in re.findall(r"\[loadgen\] pid (\d+)", f.read_text(errors="replace"))]
     assert pids, (text, logs)

@@ -84,3 +84,8 @@ def test_results_of_a_submitted_job_outlive_its_working_dir(head, tmp_path):
     assert "ERROR" not in log and "core_worker.cc" not in log, log[-3000:]
     assert re.search(r"done in [0-9.]+ s: \d+ cut at step end \(drain\), \d+ ok", log), log[-3000:]
     assert " cancelled" not in log
+    # a log, not a terminal: plain progress lines, no bar redraws or colour codes in what the job printed
+    # (the `ray job submit` client colours its own lines)
+    workers = [line for line in log.splitlines() if "LoadWorker" in line or "mtp.w0" in line]
+    assert workers and not [line for line in workers if "\x1b[" in line or "\r" in line], log[-3000:]
+    assert re.search(r"step 1 mtp\.w0 C=2: \d+ requests finished, \d+ in flight", log), log[-3000:]
