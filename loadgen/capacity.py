@@ -9,12 +9,19 @@ import sys
 import time
 from pathlib import Path
 
-from loadgen import __version__, analysis, answer, ray_setup
-from loadgen.config import load_experiment
-from loadgen.errors import ConfigError, LoadgenError, user_message
-from loadgen.runner import run_experiment
-from loadgen.sink import check_writable
-from loadgen.slo import parse_slo_flag
+if not sys.stdout.isatty():
+    # A log (`ray job logs`, a file, CI), not a terminal: Ray prints the workers' lines without colour codes and
+    # without folding similar lines of different workers into `[repeated Nx]`. Ray reads both when it is
+    # imported (below); the workers print plain progress lines instead of bars (runner._bring_up).
+    os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+from loadgen import __version__, analysis, answer, ray_setup  # noqa: E402
+from loadgen.config import load_experiment  # noqa: E402
+from loadgen.errors import ConfigError, LoadgenError, user_message  # noqa: E402
+from loadgen.runner import run_experiment  # noqa: E402
+from loadgen.sink import check_writable  # noqa: E402
+from loadgen.slo import parse_slo_flag  # noqa: E402
 
 log = functools.partial(print, flush=True)
 
@@ -43,15 +50,6 @@ def results_folder(given: str | None) -> Path:
     return path if path.is_absolute() else (Path.home() / path).resolve()
 
 
-def plain_output_in_logs() -> None:
-    """When stdout is not a terminal (`ray job logs`, a file), Ray prints the workers' lines without colour
-    codes and without folding similar lines of different workers into `[repeated Nx]`; the workers print plain
-    progress lines instead of bars (runner._bring_up)."""
-    if not sys.stdout.isatty():
-        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
-
-        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-
 def run_capacity(config_path: str, results: str | None, ray_address: str | None,
                  queries: tuple[str, ...] = CAPACITY_QUERIES, fleet: bool = False, slo: str | None = None) -> int:
     """Run an experiment file end to end and print the answer and `queries`; exit code 0 only if every step
@@ -63,7 +61,6 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
     folder = results_folder(results or exp.results)
     check_writable(folder)               # before Ray starts, like the config
     log(f"loadgen {__version__}: results go to {folder}")
-    plain_output_in_logs()
     ray_setup.connect(ray_address)
     result = run_experiment(exp, str(folder), log=log)
     con = analysis.open_results(result.results_dir, [result.run_id])

@@ -20,8 +20,8 @@ def _adhoc(args: argparse.Namespace) -> int:
     """A one-off run from flags: one target, one or more concurrency levels, a fixed number of requests."""
     from pathlib import Path
 
+    from loadgen.capacity import results_folder   # first: it sets Ray's log options before Ray is imported
     from loadgen import analysis, ray_setup
-    from loadgen.capacity import plain_output_in_logs, results_folder
     from loadgen.config import parse_experiment
     from loadgen.errors import ConfigError
     from loadgen.runner import run_experiment
@@ -51,7 +51,6 @@ def _adhoc(args: argparse.Namespace) -> int:
     folder = results_folder(args.results)
     check_writable(folder)
     print(f"results go to {folder}", flush=True)
-    plain_output_in_logs()
     ray_setup.connect(args.ray_address)
     result = run_experiment(exp, str(folder))
     con = analysis.open_results(result.results_dir, [result.run_id])
