@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from loadgen.slo_answer import capacity_lines   # the capacity at the SLO, when the run has one
+from loadgen.slo_answer import capacity_lines  # the capacity at the SLO, when the run has one
 
 WIDTH = 120        # the table fits a 120-column terminal or log viewer
 NAME_WIDTH = 12    # a series name in a column header is cut to this

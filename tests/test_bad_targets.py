@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from conftest import serve_app
 from loadgen.config import parse_experiment
 from loadgen.errors import LoadgenError
-from loadgen.runner import run_experiment
 from loadgen.ports import free_port
-
-from conftest import serve_app
+from loadgen.runner import run_experiment
 
 
 @contextmanager

@@ -19,7 +19,6 @@ import tempfile
 import types
 import zipfile
 from pathlib import Path
-from typing import List, Optional, Union
 
 import pytest
 
@@ -93,17 +92,17 @@ def frames(data: bytes) -> list[bytes]:
 class StreamDelta(msgspec.Struct, omit_defaults=True):
     """Mirrors SGLang's sse_utils.StreamDelta: chat content chunks are encoded with these, not pydantic."""
 
-    reasoning_content: Optional[str]
-    role: Optional[str] = None
-    content: Optional[str] = None
+    reasoning_content: str | None
+    role: str | None = None
+    content: str | None = None
 
 
 class StreamChoice(msgspec.Struct):
     index: int
     delta: StreamDelta
-    logprobs: Optional[dict] = None
-    finish_reason: Optional[str] = None
-    matched_stop: Union[None, int, str] = None
+    logprobs: dict | None = None
+    finish_reason: str | None = None
+    matched_stop: None | int | str = None
 
 
 class StreamChunk(msgspec.Struct, omit_defaults=True):
@@ -111,8 +110,8 @@ class StreamChunk(msgspec.Struct, omit_defaults=True):
     object: str
     created: int
     model: str
-    choices: List[StreamChoice]
-    usage: Optional[dict] = None
+    choices: list[StreamChoice]
+    usage: dict | None = None
 
 
 def msgspec_chat_chunk(raw: bytes) -> bytes:

@@ -17,8 +17,8 @@ import duckdb
 import psutil
 import pytest
 
-from loadgen import analysis
 from conftest import ray_head, submit_job
+from loadgen import analysis
 
 REPO = Path(__file__).parents[1]
 MARK = f"fleet-test-{uuid.uuid4().hex[:8]}"   # in every emulator's --model-path: finds our server processes

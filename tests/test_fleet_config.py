@@ -9,9 +9,8 @@ import psutil
 import pytest
 import ray
 
-from loadgen.config import load_experiment, parse_experiment
+from loadgen.config import PROFILES_DIR, Locator, load_experiment, load_profile, parse_experiment, parse_fleet
 from loadgen.errors import ConfigError, LoadgenError
-from loadgen.config import PROFILES_DIR, Locator, load_profile, parse_fleet
 from loadgen.placement import FleetPlacement, emulator_flags, resolve_nodes
 from loadgen.servers import ServerProcess
 

@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from loadgen.analysis import QUERIES_DIR, list_queries, open_results, render, run_query

@@ -6,7 +6,6 @@ import json
 import math
 from pathlib import Path
 
-
 from loadgen.analysis import open_results, run_query
 from loadgen.slo import Slo
 from sqlfixtures import Results

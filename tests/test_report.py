@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from loadgen.analysis import open_results, run_query  # noqa: E402
-from loadgen.report import load_report, markdown_summary, plots, render_html, write_report  # noqa: E402
+from loadgen.report import load_report, markdown_summary, plots, write_report  # noqa: E402
 from sqlfixtures import Results  # noqa: E402
 from test_queries_compare import DFLASH, MTP, add_series  # noqa: E402
 

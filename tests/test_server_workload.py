@@ -15,11 +15,10 @@ import orjson
 import pytest
 from aiohttp import web
 
+from conftest import serve_app
 from loadgen import analysis
 from loadgen.config import parse_experiment
 from loadgen.runner import run_experiment
-
-from conftest import serve_app
 
 REQUESTS = 6
 MAX_TOKENS = 16

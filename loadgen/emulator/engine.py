@@ -23,7 +23,6 @@ from loadgen.emulator.faults import Fault
 from loadgen.emulator.profiles import ModelProfile
 from loadgen.emulator.spec import SpecConfig
 
-
 MAX_LAG_S = 0.25
 
 

@@ -13,7 +13,6 @@ import random
 from dataclasses import dataclass, field
 
 
-
 def add_fault_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fault injection (off unless a fault type flag is given)")
     g.add_argument("--fault-rate", type=float, default=0.2, help="fraction of requests faulted")

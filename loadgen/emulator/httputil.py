@@ -10,7 +10,7 @@ from aiohttp import web
 if TYPE_CHECKING:
     from loadgen.emulator.server import Emulator
 
-EMU: web.AppKey["Emulator"] = web.AppKey("emu")
+EMU: web.AppKey[Emulator] = web.AppKey("emu")
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

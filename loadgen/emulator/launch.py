@@ -88,7 +88,7 @@ class EmulatorThread:
             return fn(*a)
         return asyncio.run_coroutine_threadsafe(_do(), self._loop).result(5)
 
-    def __enter__(self) -> "EmulatorThread":
+    def __enter__(self) -> EmulatorThread:
         self._thread.start()
         self._started.wait(10)
         if self._error:
@@ -111,7 +111,7 @@ class EmulatorProcess:
         self.timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "EmulatorProcess":
+    def __enter__(self) -> EmulatorProcess:
         self._log = tempfile.TemporaryFile()
         argv, env = _secrets_to_env(self.argv)
         self.proc = subprocess.Popen([sys.executable, "-m", "loadgen.emulator", *argv], env=env,

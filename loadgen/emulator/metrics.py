@@ -56,7 +56,7 @@ class Metrics:
         self.e2e = Histogram(E2E_BUCKETS)
         self._last: dict[int, float] = {}
 
-    def on_tokens(self, req: "EmuRequest", n: int) -> None:
+    def on_tokens(self, req: EmuRequest, n: int) -> None:
         now = time.perf_counter()
         key = id(req)
         last = self._last.get(key)
@@ -69,11 +69,11 @@ class Metrics:
             self._last.pop(key, None)
             self.e2e.observe(now - req.t_received_perf)
 
-    def on_abort(self, req: "EmuRequest") -> None:
+    def on_abort(self, req: EmuRequest) -> None:
         self._last.pop(id(req), None)
 
 
-def render(emu: "Emulator") -> str:
+def render(emu: Emulator) -> str:
     """The full /metrics page."""
     eng, c, spec = emu.engine, emu.engine.counters, emu.spec
     labels = f'model_name="{emu.served_model_name}",tp_rank="0",dp_rank="0"'

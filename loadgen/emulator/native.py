@@ -43,7 +43,7 @@ class NativeFormat:
 
     headers_after_first = False
 
-    def __init__(self, emu: "Emulator") -> None:
+    def __init__(self, emu: Emulator) -> None:
         self.emu = emu
         self.incremental = emu.args.incremental_streaming_output
 

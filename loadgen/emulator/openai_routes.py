@@ -80,7 +80,7 @@ def usage(prompt: int, completion: int, drop_none: bool = False) -> dict[str, An
     return {k: v for k, v in u.items() if v is not None} if drop_none else u
 
 
-def spec_details(emu: "Emulator", req: EmuRequest) -> dict[str, Any] | None:
+def spec_details(emu: Emulator, req: EmuRequest) -> dict[str, Any] | None:
     """SpecTokensDetails of a finished request (None when speculation is off or never verified)."""
     spec = emu.spec
     if not spec.enabled or req.spec_verify_ct == 0:
@@ -104,7 +104,7 @@ class _OpenAIFormat:
     headers_after_first = True
     obj = ""
 
-    def __init__(self, emu: "Emulator", body: dict, model: str) -> None:
+    def __init__(self, emu: Emulator, body: dict, model: str) -> None:
         self.emu, self.model = emu, model
         self.created = int(time.time())
         opts = body.get("stream_options") or {}

@@ -13,10 +13,10 @@ from aiohttp import web
 from loadgen import __version__ as loadgen_version
 from loadgen.emulator import profiles
 from loadgen.emulator.costmodel import CostModel
-from loadgen.emulator.engine import Engine, EmuRequest, QueueFull, resolve_min_free_slots
+from loadgen.emulator.engine import EmuRequest, Engine, QueueFull, resolve_min_free_slots
 from loadgen.emulator.faults import FaultPicker
-from loadgen.emulator.metrics import Metrics, render
 from loadgen.emulator.httputil import EMU, error_body, json_response
+from loadgen.emulator.metrics import Metrics, render
 from loadgen.emulator.native import generate
 from loadgen.emulator.openai_routes import chat_completions, completions
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from loadgen.emulator.engine import Engine, EmuRequest
+from loadgen.emulator.engine import EmuRequest, Engine
 
 DONE = b"data: [DONE]\n\n"
 MALFORMED = b'data: {"text": "trunc\n\n'

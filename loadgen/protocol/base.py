@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from loadgen.prompts import Prompt
 
 
-
 @dataclass(frozen=True, slots=True)
 class SamplingSpec:
     """Output policy shared by every request of a run."""
