@@ -79,6 +79,14 @@ class LlamaServer:
         except OSError:
             return ""
 
+    def tail_bytes(self) -> bytes:
+        """The server's whole log so far."""
+        self.log.flush()
+        try:
+            return self.log_path.read_bytes()
+        except OSError:
+            return b""
+
     def metrics(self) -> dict[str, float]:
         """The `llamacpp:` counters and gauges now (unlabelled series)."""
         import urllib.request

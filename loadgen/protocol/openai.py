@@ -72,7 +72,8 @@ class _OpenAIAdapter(Adapter):
         if o.sglang:
             body["rid"] = request_id
         if not o.cache_prompt:
-            body["cache_prompt"] = False  # llama.cpp: no reuse of a slot's cached prefix (tools/server/server-schema.cpp)
+            # llama.cpp: no reuse of a slot's cached prefix (tools/server/server-schema.cpp)
+            body["cache_prompt"] = False
         if o.cache_salt:
             body["cache_salt"] = request_id  # vLLM: prefix-cache blocks are keyed by the salt too (v1 engine)
         return orjson.dumps(body)
