@@ -27,13 +27,18 @@ def pin_options(locator: Locator, node_id: str) -> dict:
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
 
 
+def _describe_node(n: dict) -> str:
+    """A live Ray node as an error message lists it: address, custom resources, user labels."""
+    resources = sorted(k for k in n.get("Resources", {}) if not k.startswith("node:"))
+    labels = {k: v for k, v in n.get("Labels", {}).items() if not k.startswith("ray.io/")}
+    return f"{n['NodeManagerAddress']} (resources {resources}, labels {labels})"
+
+
 def resolve_nodes(fleet: Fleet, ray_nodes: list[dict]) -> dict[str, str]:
     """Fleet node name -> Ray node id, checked against the live cluster; LoadgenError before any load when a
     node is missing, ambiguous, shared, or lacks the server's resources."""
     alive = [n for n in ray_nodes if n.get("Alive")]
-    seen = ", ".join(f"{n['NodeManagerAddress']} (resources {sorted(k for k in n.get('Resources', {}) if not k.startswith('node:'))}, "
-                     f"labels {dict((k, v) for k, v in n.get('Labels', {}).items() if not k.startswith('ray.io/'))})"
-                     for n in alive)
+    seen = ", ".join(_describe_node(n) for n in alive)
     out: dict[str, str] = {}
     for node in fleet.nodes + fleet.clients:
         found = [n for n in alive if node.locator.matches(n)]
@@ -48,12 +53,14 @@ def resolve_nodes(fleet: Fleet, ray_nodes: list[dict]) -> dict[str, str]:
             for res, amount in fleet.server_resources.items():
                 have = ray_node.get("Resources", {}).get(res, 0)
                 if have < amount:
-                    raise LoadgenError(f"fleet node {node.name}: its Ray node has {have:g} {res}, the server needs "
-                                       f"{amount:g} (fleet.server_resources); start Ray there with --num-gpus/--resources")
+                    raise LoadgenError(f"fleet node {node.name}: its Ray node has {have:g} {res}, the server "
+                                       f"needs {amount:g} (fleet.server_resources); start Ray there with "
+                                       "--num-gpus/--resources")
         out[node.name] = ray_node["NodeID"]
     shared = [name for name, nid in out.items() if list(out.values()).count(nid) > 1]
     if shared:
-        raise LoadgenError(f"fleet nodes {', '.join(shared)} are the same Ray node; each fleet node must be its own node")
+        raise LoadgenError(f"fleet nodes {', '.join(shared)} are the same Ray node; "
+                           "each fleet node must be its own node")
     return out
 
 
@@ -98,14 +105,16 @@ class FleetPlacement(LocalPlacement):
                 flags = stage.flags[node_name]
                 if str(flags.get("speculative-algorithm", "")).upper() == "DFLASH":
                     task = _check_draft_on_node.options(num_cpus=0, **self._pin(node_name))
-                    checks[(stage.name, node_name)] = (profile, task.remote(flags.get("speculative-draft-model-path"), flags))
+                    ref = task.remote(flags.get("speculative-draft-model-path"), flags)
+                    checks[(stage.name, node_name)] = (profile, ref)
         for (stage_name, node_name), (profile, ref) in checks.items():
             report = ray.get(ref, timeout=60)
             for line in report.lines():
                 log(f"check-draft [{stage_name} on {node_name}] {line}")
             expected = profile.expect_draft
             if report.problems or (expected and report.kind != expected):
-                why = "; ".join(report.problems) or f"the draft is {report.kind}, profile {profile.name} expects {expected}"
+                why = ("; ".join(report.problems)
+                       or f"the draft is {report.kind}, profile {profile.name} expects {expected}")
                 raise LoadgenError(f"configuration {stage_name}, node {node_name}, profile {profile.name}: draft "
                                    f"check failed: {why} (run `loadgen check-draft` on the draft, fix the profile)")
 

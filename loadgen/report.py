@@ -15,6 +15,7 @@ import html
 import io
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -249,14 +250,18 @@ def slo_text(slo: dict[str, float]) -> str:
     return text
 
 
+def _load_level(v: float, open_loop: bool) -> str:
+    """A load level in a capacity finding: a rate in req/s (open loop) or C=<concurrency> (closed loop)."""
+    return f"{v:g} req/s" if open_loop else f"C={v:g}"
+
+
 def _capacity_findings(report: Report) -> list[Finding]:
     if not report.slo:
         return [Finding("capacity", "No SLO set, so no capacity is judged (add an [slo] table to the experiment "
                                     "file: TTFT, TPOT, e2e thresholds and the share of requests that must meet them).")]
     findings = []
     for c in report.data["capacity"]:
-        unit = "req/s" if c.get("mode") == "open" else ""
-        fmt = (lambda v: f"{v:g} {unit}".strip()) if unit else (lambda v: f"C={v:g}")
+        fmt = partial(_load_level, open_loop=c.get("mode") == "open")
         if c["capacity"] is None:
             text = f"{report.label(c)}: no load level met the SLO"
             text += f" (failed from {fmt(c['first_fail'])})" if c.get("first_fail") is not None else ""
@@ -301,7 +306,7 @@ def _confounder_findings(report: Report) -> list[Finding]:
         diffs[(row["run_id"], f"{row['baseline_target']} ({row['baseline_algorithm']})",
                f"{row['target']} ({row['algorithm']})")].append(row)
     findings = []
-    for (run, base, other), rows in diffs.items():
+    for (_run, base, other), rows in diffs.items():
         items = []
         for r in rows:
             change = f" ({_pct(r['change_pct'])})" if r["change_pct"] is not None else ""

@@ -4,8 +4,9 @@ From a start level, up geometrically while levels pass (or down while they fail)
 bisect between the last pass and the first fail down to adjacent levels (closed loop: concurrency, whole
 numbers) or to a relative tolerance (open loop: rates). The start defaults to the geometric middle of
 [search_min, search_max], because the ends are the dear levels: a low level takes many serial requests to judge,
-a level far past the capacity a long drain of queued requests. A level whose call is too close to the threshold (its attainment interval straddles it) is run again,
-up to `max_runs` runs in all, before the search moves on; after that its point estimate decides.
+a level far past the capacity a long drain of queued requests. A level whose call is too close to the threshold
+(its attainment interval straddles it) is run again, up to `max_runs` runs in all, before the search moves on;
+after that its point estimate decides.
 
 `next_probe` is a pure function of the verdicts: the same verdicts always give the same path, so the search
 needs no state of its own, and replaying it over a run's results continues it.

@@ -75,12 +75,12 @@ class Results:
                                             "t_ns": ns(t_ms), "name": name, "value": value, "labels": labels})
 
     def client_sample(self, run_id: str, step_id: int, *, t_ms: float, loop_lag_ms: float = 1.0,
-                      read_delay_max_ms: float | None = 0.5, cpu_percent: float = 20.0, in_flight: int = 1, target_in_flight: int = 1,
-                      worker: str = "w0") -> None:
+                      read_delay_max_ms: float | None = 0.5, cpu_percent: float = 20.0, in_flight: int = 1,
+                      target_in_flight: int = 1, worker: str = "w0") -> None:
         self.rows["client_samples"].append({
             "run_id": run_id, "step_id": step_id, "worker": worker, "t_ns": ns(t_ms),
-            "loop_lag_ms": loop_lag_ms, "read_delay_max_ms": read_delay_max_ms, "cpu_percent": cpu_percent, "in_flight": in_flight,
-            "target_in_flight": target_in_flight})
+            "loop_lag_ms": loop_lag_ms, "read_delay_max_ms": read_delay_max_ms, "cpu_percent": cpu_percent,
+            "in_flight": in_flight, "target_in_flight": target_in_flight})
 
     def write(self, root: Path) -> Path:
         """Write one file per (table, run) plus schema-only files where a run has no rows."""

@@ -87,8 +87,8 @@ def test_open_loop_config_and_plan():
     o = exp.load.open_loop
     assert (o.rates, o.arrival, o.burstiness, o.max_in_flight) == ((0.5, 2.0), "gamma", 0.5, 64)
     steps = grid_steps(exp, exp.targets)
-    assert [(s.loads[0].rate, s.loads[0].concurrency, s.repeat) for s in steps] == [(0.5, 64, 0), (2.0, 64, 0), (0.5, 64, 1),
-                                                                   (2.0, 64, 1)]
+    assert [(s.loads[0].rate, s.loads[0].concurrency, s.repeat) for s in steps] == [
+        (0.5, 64, 0), (2.0, 64, 0), (0.5, 64, 1), (2.0, 64, 1)]
     assert parse_experiment(_exp({"concurrency": [1]}), Path(".")).load.open_loop is None
 
 

@@ -133,7 +133,8 @@ def test_completions_stream_frames_are_sglang_models(proto, server):
         assert m.model_dump_json().encode() == f
     assert proto.CompletionStreamResponse.model_validate_json(content[-1]).choices[0].finish_reason == "length"
     s = proto.CompletionStreamResponse.model_validate_json(sglext)
-    assert s.choices == [] and s.sglext.spec_tokens_details.spec_verify_ct > 0 and s.model_dump_json().encode() == sglext
+    assert s.choices == [] and s.sglext.spec_tokens_details.spec_verify_ct > 0
+    assert s.model_dump_json().encode() == sglext
     u = proto.CompletionStreamResponse.model_validate_json(usage)
     assert u.usage.completion_tokens == 24 and u.model_dump_json(exclude_none=True).encode() == usage
 
@@ -160,7 +161,8 @@ def test_chat_stream_frames_are_sglang_models(proto, server):
     assert msgspec_chat_chunk(finish) == finish
     s = proto.ChatCompletionStreamResponse.model_validate_json(sglext)
     assert s.model_dump_json().encode() == sglext
-    assert s.sglext.spec_tokens_details.spec_accept_length == pytest.approx(24 / s.sglext.spec_tokens_details.spec_verify_ct)
+    details = s.sglext.spec_tokens_details
+    assert details.spec_accept_length == pytest.approx(24 / details.spec_verify_ct)
     u = proto.ChatCompletionStreamResponse.model_validate_json(usage)
     assert u.usage.completion_tokens == 24 == total and u.model_dump_json().encode() == usage
 

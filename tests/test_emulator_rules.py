@@ -73,7 +73,8 @@ def test_completions_stream_sends_empty_deltas_and_finish_on_last_text_frame():
 
 
 def test_openai_headers_only_after_first_output():
-    with EmulatorThread(["--speculative-algorithm", "NEXTN", "--time-scale", "5", "--max-running-requests", "1"]) as emu:
+    flags = ["--speculative-algorithm", "NEXTN", "--time-scale", "5", "--max-running-requests", "1"]
+    with EmulatorThread(flags) as emu:
         blocker = threading.Thread(target=post, args=(emu.port, "/generate", {
             "text": "a", "sampling_params": {"max_new_tokens": 60, "ignore_eos": True}}))
         blocker.start()

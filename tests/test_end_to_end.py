@@ -35,8 +35,8 @@ def finished_run(ray_local, emulator_factory, tmp_path_factory):
     draft = Path(__file__).parents[1] / "loadgen/emulator/drafts/dflash2"
     with emulator_factory("--model-path", "m", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
                           "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4") as mtp, \
-         emulator_factory("--model-path", "m", "--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "8",
-                          "--speculative-draft-model-path", str(draft)) as dflash:
+         emulator_factory("--model-path", "m", "--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens",
+                          "8", "--speculative-draft-model-path", str(draft)) as dflash:
         exp = parse_experiment(_experiment(mtp, dflash), Path("."))
         results = tmp_path_factory.mktemp("results")
         outcome = run_experiment(exp, str(results), log=lambda *a: None)

@@ -60,7 +60,8 @@ def test_classification_counts_equal_the_servers_log(faulted_run):
     name, result, seen = faulted_run
     got = {r["request_id"]: r for r in rows(result)}
     want = {t["rid"]: expected_status(t) for t in seen}
-    wrong = [(t, got[t["rid"]]["status"], got[t["rid"]]["error"]) for t in seen if got[t["rid"]]["status"] != want[t["rid"]]]
+    wrong = [(t, got[t["rid"]]["status"], got[t["rid"]]["error"])
+             for t in seen if got[t["rid"]]["status"] != want[t["rid"]]]
     assert not wrong, wrong
     assert Counter(r["status"] for r in got.values()) == Counter(want.values())
     faulted = Counter(t["fault"]["type"] for t in seen if t["fault"] and t["fault"]["applied"])

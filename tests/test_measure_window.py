@@ -14,7 +14,8 @@ def test_window_extends_until_c_requests_were_sent_in_it(ray_local, emulator_fac
                           "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4") as url:
         exp = parse_experiment({
             # requests take ~2-3 s; a 0.5 s window would hold none of them without the extension
-            "load": {"concurrency": [3], "warmup_s": 0.3, "measure_s": 0.5, "max_measure_s": 20.0, "drain_timeout_s": 30.0},
+            "load": {"concurrency": [3], "warmup_s": 0.3, "measure_s": 0.5, "max_measure_s": 20.0,
+                     "drain_timeout_s": 30.0},
             "prompts": {"max_new_tokens": 48, "ignore_eos": True},
             "targets": [{"name": "mtp", "url": url}]}, Path("."))
         outcome = run_experiment(exp, str(tmp_path), log=lambda *a: None)

@@ -43,7 +43,8 @@ def test_empty_system_prefix_is_none():
 def test_question_jsonl_named_after_its_folder(tmp_path: Path):
     (tmp_path / "mt_bench").mkdir()
     (tmp_path / "mt_bench" / "question.jsonl").write_text('{"turns": ["q"]}\n')
-    cfg = parse_prompts_config({"sources": [{"format": "question-jsonl", "path": str(tmp_path / "mt_bench/question.jsonl")}]})
+    source = {"format": "question-jsonl", "path": str(tmp_path / "mt_bench/question.jsonl")}
+    cfg = parse_prompts_config({"sources": [source]})
     assert cfg.describe() == "mt_bench:1"
 
 

@@ -40,7 +40,8 @@ def test_jsonl_prompt_and_messages(tmp_path: Path):
     assert text["jsonl/d#2"].kind == "prose"
     assert text["jsonl/d#2"].text == "System: Be kind.\n\nUser: Hello?\n\nAssistant:"
     chat = {p.prompt_id: p for p in build(tmp_path, "jsonl", "d.jsonl", body, chat=True).take(2)}
-    assert chat["jsonl/d#2"].messages == ({"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hello?"})
+    assert chat["jsonl/d#2"].messages == ({"role": "system", "content": "Be kind."},
+                                          {"role": "user", "content": "Hello?"})
     assert chat["jsonl/d#1"].messages == ({"role": "user", "content": "Write a haiku."},)
     assert all(p.template == "jsonl/d" for p in chat.values())
 

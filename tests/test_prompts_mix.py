@@ -70,7 +70,8 @@ def test_labels_and_unique_ids():
     for p in prompts:                                    # an id always means the same prompt
         assert by_id.setdefault(p.prompt_id, p.text) == p.text
     code_templates = {p.template for p in prompts if p.kind == "code"}
-    assert code_templates == {f"code/{t}" for t in ("explain", "unit_tests", "type_hints", "find_bug", "complete", "refactor")}
+    templates = ("explain", "unit_tests", "type_hints", "find_bug", "complete", "refactor")
+    assert code_templates == {f"code/{t}" for t in templates}
     assert len(by_id) > 0.9 * len(prompts)               # no repeats until a template pool is used up
 
 

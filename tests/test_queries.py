@@ -211,7 +211,8 @@ def test_client_health_verdict_per_step(tmp_path):
         r.client_sample("r", 4, t_ms=40_000 + i * 250, read_delay_max_ms=25.0, in_flight=4, target_in_flight=4)
     for i in range(20):                                  # step 5: no kernel stamps on this platform
         r.client_sample("r", 5, t_ms=50_000 + i * 250, read_delay_max_ms=None, in_flight=4, target_in_flight=4)
-    r.request("r", 4, "t", "a", sent_ms=40_000, frames=[(40_100, 1), (40_105, 1), (40_105, 1), (40_110, 1), (40_115, 1)])
+    r.request("r", 4, "t", "a", sent_ms=40_000,
+              frames=[(40_100, 1), (40_105, 1), (40_105, 1), (40_110, 1), (40_115, 1)])
     r.request("r", 4, "t", "b", sent_ms=40_000, frames=[(40_100, 1), (40_200, 1), (40_200, 1), (40_200, 1)])
     r.request("r", 4, "t", "c", sent_ms=40_000, frames=[(40_100, 1), (40_100, 1)], status="timeout")  # not ok
     r.request("r", 5, "t", "d", sent_ms=50_000, frames=[(50_100, 1), (50_100.001, 1)])
@@ -224,7 +225,8 @@ def test_client_health_verdict_per_step(tmp_path):
     assert rows[2]["verdict"] == ("suspect: loop lag p99 50.0 ms > 10 ms; "
                                   "in flight at target in 50% of samples < 95%")
     assert rows[3]["samples"] == 0 and rows[3]["distorted"] is None and rows[3]["verdict"].startswith("unknown")
-    assert (rows[4]["verdict"], rows[4]["read_delay_max_ms"]) == ("suspect: socket read delay p99 25.0 ms > 10 ms", 25.0)
+    assert (rows[4]["verdict"], rows[4]["read_delay_max_ms"]) == (
+        "suspect: socket read delay p99 25.0 ms > 10 ms", 25.0)
     assert rows[5]["verdict"] == "ok" and rows[5]["read_delay_p99_ms"] is None
     relaxed = {x["step_id"]: x for x in query(tmp_path, "client_health", max_loop_lag_ms=60,
                                               min_in_flight_share=0.5)}

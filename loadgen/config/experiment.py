@@ -94,7 +94,8 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     names = [t.name for t in targets]
     for i, t in enumerate(targets):
         if names.index(t.name) != i:
-            raise ConfigError(f"targets[{i}].name", f"duplicate target name {t.name!r}", "give every target a unique name")
+            raise ConfigError(f"targets[{i}].name", f"duplicate target name {t.name!r}",
+                              "give every target a unique name")
     urls = [t.url for t in targets if t.url]
     if len(urls) != len(set(urls)):
         raise ConfigError("targets", "two targets have the same url", "list each server once")

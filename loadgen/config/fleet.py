@@ -117,8 +117,10 @@ def _parse_merged(t: StrictTable, fleet_dir: Path, base_dir: Path) -> Fleet:
     if workers not in ("server", "client"):
         raise ConfigError("fleet.workers", f"unknown placement {workers!r}",
                           "use \"server\" (workers on the server's node, loopback) or \"client\" (client nodes)")
-    nodes = tuple(_parse_node(n, f"fleet.nodes[{i}]", launch, fleet_dir) for i, n in enumerate(t.get("nodes", list)))
-    clients = tuple(_parse_node(n, f"fleet.clients[{i}]", "client", fleet_dir) for i, n in enumerate(t.get("clients", list, [])))
+    nodes = tuple(_parse_node(n, f"fleet.nodes[{i}]", launch, fleet_dir)
+                  for i, n in enumerate(t.get("nodes", list)))
+    clients = tuple(_parse_node(n, f"fleet.clients[{i}]", "client", fleet_dir)
+                    for i, n in enumerate(t.get("clients", list, [])))
     _unique([n.name for n in nodes + clients], "fleet.nodes", "node")
     if not nodes:
         raise ConfigError("fleet.nodes", "is empty", "add at least one [[fleet.nodes]] table")
@@ -152,7 +154,8 @@ def _parse_node(raw: Any, key: str, launch: str, fleet_dir: Path) -> FleetNode:
         raise ConfigError(key, "needs exactly one of node_ip, resource or labels (how Ray finds the node)",
                           "e.g. resource = \"spark1\" with `ray start --resources='{\"spark1\": 1}'` on that node")
     if labels is not None and (not labels or not all(isinstance(v, str) for v in labels.values())):
-        raise ConfigError(f"{key}.labels", "must be a non-empty table of strings", "labels = { \"loadgen-node\" = \"spark1\" }")
+        raise ConfigError(f"{key}.labels", "must be a non-empty table of strings",
+                          "labels = { \"loadgen-node\" = \"spark1\" }")
     url = t.get("url", str, None)
     if url is not None:
         check_url(url, f"{key}.url")

@@ -81,9 +81,10 @@ def check_url(url: str, key: str) -> None:
     if parts.scheme != "http" or not parts.hostname:
         raise ConfigError(key, f"{url!r} is not an http://host:port URL", "e.g. url = \"http://127.0.0.1:30000\"")
     try:
-        parts.port
+        _ = parts.port   # reading it raises ValueError on a bad port
     except ValueError as exc:
-        raise ConfigError(key, f"bad port in {url!r}", "a port is 1..65535, e.g. url = \"http://127.0.0.1:30000\"") from exc
+        raise ConfigError(key, f"bad port in {url!r}",
+                          "a port is 1..65535, e.g. url = \"http://127.0.0.1:30000\"") from exc
     if parts.path not in ("", "/"):
         raise ConfigError(key, f"{url!r} has a path", "give the server root; the route comes from the flavor")
 
@@ -95,7 +96,8 @@ def emulator_args(table: dict, key: str, base_dir: Path) -> tuple[str, ...]:
         if flag in ("host", "port"):
             raise ConfigError(f"{key}.{flag}", "is chosen by loadgen", "remove it")
         if flag == "speculative-algorithm" and value not in EMULATOR_ALGORITHMS:
-            raise ConfigError(f"{key}.{flag}", f"unknown algorithm {value!r}", f"use one of {', '.join(EMULATOR_ALGORITHMS)}")
+            raise ConfigError(f"{key}.{flag}", f"unknown algorithm {value!r}",
+                              f"use one of {', '.join(EMULATOR_ALGORITHMS)}")
         if flag == "speculative-draft-model-path" and isinstance(value, str):
             value = str((base_dir / value).resolve())
         if is_secret_name(flag):   # api-key = { env = "VAR" } | { file = "path" }; a literal is refused

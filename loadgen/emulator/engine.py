@@ -99,7 +99,8 @@ class EmuRequest:
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "spec_verify_ct": self.spec_verify_ct,
                 "finish_reason": self.finish_reason["type"] if self.finish_reason else None,
-                "status": self.status, "fault": self.fault.record() if self.fault else None, "t_received_ns": self.t_received_ns,
+                "status": self.status, "fault": self.fault.record() if self.fault else None,
+                "t_received_ns": self.t_received_ns,
                 "t_first_ns": self.t_first_ns or None, "t_done_ns": self.t_done_ns or None}
 
 

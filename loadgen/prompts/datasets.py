@@ -113,7 +113,7 @@ def _read_text(src: SourceConfig) -> str:
             data = gzip.decompress(data)
         return data.decode("utf-8")
     except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise ConfigError(f"{src.key}.path", f"cannot read {path}: {e}", "give a readable UTF-8 file")
+        raise ConfigError(f"{src.key}.path", f"cannot read {path}: {e}", "give a readable UTF-8 file") from e
 
 
 def _json_lines(src: SourceConfig) -> Iterator[tuple[int, dict]]:

@@ -21,7 +21,8 @@ from loadgen.emulator.launch import EmulatorProcess, free_port
 
 
 async def _stream_loop(port: int, deadline: float, counts: list[int], tokens: int, incremental: bool) -> None:
-    body = orjson.dumps({"text": "x", "stream": True, "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}})
+    body = orjson.dumps({"text": "x", "stream": True,
+                         "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}})
     head = (f"POST /generate HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
     reader, writer = await asyncio.open_connection("127.0.0.1", port)

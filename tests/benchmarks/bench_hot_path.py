@@ -27,11 +27,11 @@ def response(tokens: int = TOKENS) -> list[bytes]:
     """The chunks of one streamed response: headers, then one HTTP chunk per SSE frame."""
     chunks = [b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"]
     for i in range(1, tokens + 1):
-        finish = '{"type":"length","length":%d}' % tokens if i == tokens else "null"
+        finish = f'{{"type":"length","length":{tokens}}}' if i == tokens else "null"
         extra = ',"e2e_latency":1.0,"spec_verify_ct":90' if i == tokens else ""
-        body = ('{"text":"%s","output_ids":[%s],"meta_info":{"id":"abc","finish_reason":%s,"prompt_tokens":9,'
-                '"weight_version":"default","completion_tokens":%d,"cached_tokens":0%s}}') % (
-            " hello" * i, ",".join("7" * 1 for _ in range(i)), finish, i, extra)
+        text, ids = " hello" * i, ",".join("7" for _ in range(i))
+        body = (f'{{"text":"{text}","output_ids":[{ids}],"meta_info":{{"id":"abc","finish_reason":{finish},'
+                f'"prompt_tokens":9,"weight_version":"default","completion_tokens":{i},"cached_tokens":0{extra}}}}}')
         frame = b"data: " + body.encode() + b"\n\n"
         chunks.append(b"%x\r\n%s\r\n" % (len(frame), frame))
     done = b"data: [DONE]\n\n"

@@ -62,7 +62,8 @@ def generate(root: Path, n_frames: int, n_requests: int, seed: int = 1) -> None:
             n = int(sel.sum())
             req = {
                 "run_id": [run] * n, "step_id": [step_id] * n, "request_id": ids[sel], "target": [target] * n,
-                "worker": [f"w{w}"] * n, "phase": phase[sel], "prompt_kind": np.where(np.arange(n) % 2, "code", "prose"),
+                "worker": [f"w{w}"] * n, "phase": phase[sel],
+                "prompt_kind": np.where(np.arange(n) % 2, "code", "prose"),
                 "completion_tokens": completion[sel], "spec_verify_ct": verify[sel],
                 "spec_accept_length": completion[sel] / verify[sel], "status": status[sel],
                 "t_scheduled_ns": sent[sel], "t_sent_ns": sent[sel], "t_first_token_ns": t_frames[sel, 0],
