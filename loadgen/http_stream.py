@@ -123,7 +123,7 @@ class Endpoint:
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         self._head = (f"Host: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
                       f"Accept: text/event-stream\r\n{auth}").encode()
-        self._address: tuple[int, tuple] | None = None
+        self._address: tuple[socket.AddressFamily, tuple] | None = None
         self._idle: list[tuple[socket.socket, float]] = []
 
     def request_bytes(self, path: str, body: bytes) -> bytes:
@@ -139,6 +139,7 @@ class Endpoint:
                 return sock
             sock.close()
         loop = asyncio.get_running_loop()
+        family: socket.AddressFamily
         if self._address is None:
             family, _, _, _, address = (await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM))[0]
             self._address = (family, address)

@@ -59,6 +59,21 @@ class StreamState:
         "t_headers_ns", "t_first_token_ns", "t_last_token_ns", "t_done_ns", "server_e2e_s", "num_frames",
         "status", "http_status", "error", "cum_tokens", "finished", "saw_done", "frames",
     )
+    # Types of the fields __init__ sets to None in chains (declarations only: nothing is stored on the class).
+    server_request_id: str | None
+    finish_reason: str | None
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    spec_verify_ct: int | None
+    spec_accept_length: float | None
+    server_e2e_s: float | None
+    t_sent_ns: int | None
+    t_headers_ns: int | None
+    t_first_token_ns: int | None
+    t_last_token_ns: int | None
+    t_done_ns: int | None
 
     def __init__(self, request_id: str, prompt: Prompt, phase: str, t_scheduled_ns: int, frames: FrameBuffer):
         self.request_id = request_id

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -95,7 +96,7 @@ class _OpenAIAdapter(Adapter):
             return
         if state.server_request_id is None and isinstance(obj.get("id"), str):
             state.server_request_id = obj["id"]
-        usage = obj.get("usage")
+        usage: Any = obj.get("usage")   # server JSON; a dict whenever cum is not None
         cum = as_int(usage.get("completion_tokens")) if isinstance(usage, dict) else None
         ext = obj.get("sglext")
         if isinstance(ext, dict):
