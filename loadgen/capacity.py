@@ -19,6 +19,7 @@ if not sys.stdout.isatty():
 from loadgen import __version__, analysis, answer, ray_setup  # noqa: E402
 from loadgen.config import load_experiment  # noqa: E402
 from loadgen.errors import ConfigError, LoadgenError, user_message  # noqa: E402
+from loadgen.resume import load_resume  # noqa: E402
 from loadgen.runner import run_experiment  # noqa: E402
 from loadgen.sink import check_writable  # noqa: E402
 from loadgen.slo import parse_slo_flag  # noqa: E402
@@ -51,18 +52,21 @@ def results_folder(given: str | None) -> Path:
 
 
 def run_capacity(config_path: str, results: str | None, ray_address: str | None,
-                 queries: tuple[str, ...] = CAPACITY_QUERIES, fleet: bool = False, slo: str | None = None) -> int:
+                 queries: tuple[str, ...] = CAPACITY_QUERIES, fleet: bool = False, slo: str | None = None,
+                 resume: str | None = None) -> int:
     """Run an experiment file end to end and print the answer and `queries`; exit code 0 only if every step
-    completed. `slo`: the --slo flag (`ttft_ms=2000,tpot_ms=100`), over the file's [slo]."""
+    completed. `slo`: the --slo flag (`ttft_ms=2000,tpot_ms=100`), over the file's [slo]. `resume`: a run id
+    to continue (README: Resuming a run), checked against the experiment before Ray starts."""
     # every config error surfaces here, before Ray or any load
     exp = load_experiment(config_path, parse_slo_flag(slo) if slo else None)
     if fleet and exp.fleet is None:
         raise ConfigError("fleet", "this experiment has no [fleet] table", "use python -m jobs.capacity for it")
     folder = results_folder(results or exp.results)
     check_writable(folder)               # before Ray starts, like the config
+    state = load_resume(folder, resume, exp) if resume else None
     log(f"loadgen {__version__}: results go to {folder}")
     ray_setup.connect(ray_address)
-    result = run_experiment(exp, str(folder), log=log)
+    result = run_experiment(exp, str(folder), log=log, resume=state)
     con = analysis.open_results(result.results_dir, [result.run_id])
     log(f"\nrun {result.run_id}: {result.status}{' - ' + result.reason if result.reason else ''}")
     answer.write_summary(con, result.results_dir, result.run_id, result.status)
@@ -83,11 +87,13 @@ def job_main(prog: str, doc: str, queries: tuple[str, ...], fleet: bool) -> None
     parser.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     parser.add_argument("--slo", metavar="LINES", help="the SLO, over the file's [slo]: e.g. "
                         "ttft_ms=2000,tpot_ms=100,attainment=0.9 (see README, Capacity at an SLO)")
+    parser.add_argument("--resume", metavar="RUN_ID", help="continue this stopped run with the same experiment: "
+                        "its finished steps are kept, the rest run (README: Resuming a run)")
     parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     args = parser.parse_args()
     started = time.monotonic()
     try:
-        code = run_capacity(args.config, args.results, args.ray_address, queries, fleet, args.slo)
+        code = run_capacity(args.config, args.results, args.ray_address, queries, fleet, args.slo, args.resume)
     except LoadgenError as exc:
         print(f"error: {user_message(exc)}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -13,7 +13,7 @@ from loadgen.errors import LoadgenError, user_message
 
 def _capacity(args: argparse.Namespace) -> int:
     from loadgen.capacity import run_capacity
-    return run_capacity(args.config, args.results, args.ray_address, slo=args.slo)
+    return run_capacity(args.config, args.results, args.ray_address, slo=args.slo, resume=args.resume)
 
 
 def _adhoc(args: argparse.Namespace) -> int:
@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--slo", metavar="LINES", help="judge each level against an SLO, e.g. "
                    "ttft_ms=2000,tpot_ms=100,attainment=0.9 (README: Capacity at an SLO)")
+    p.add_argument("--resume", metavar="RUN_ID", help="continue this stopped run with the same experiment "
+                   "(README: Resuming a run)")
     p.set_defaults(func=_capacity)
 
     p = sub.add_parser("run", help="ad-hoc run from flags: N requests at concurrency C against one URL")

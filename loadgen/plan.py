@@ -60,9 +60,10 @@ class Plan(Protocol):
         """The step to run as `step_id`, or None when the plan is done."""
 
 
-def make_plan(exp: Experiment, targets: tuple[TargetConfig, ...]) -> Plan:
-    """The plan for one server configuration's targets (a fleet runs one per configuration)."""
-    return SearchPlan(exp, targets) if exp.load.search else GridPlan(exp, targets)
+def make_plan(exp: Experiment, targets: tuple[TargetConfig, ...], done: frozenset = frozenset()) -> Plan:
+    """The plan for one server configuration's targets (a fleet runs one per configuration). `done`: a resumed
+    run's finished grid steps (loadgen.resume); a search needs nothing, it resumes from its verdicts."""
+    return SearchPlan(exp, targets) if exp.load.search else GridPlan(exp, targets, done)
 
 
 def grid_steps(exp: Experiment, targets: tuple[TargetConfig, ...]) -> list[PlannedStep]:
@@ -84,10 +85,12 @@ def grid_steps(exp: Experiment, targets: tuple[TargetConfig, ...]) -> list[Plann
 
 class GridPlan:
     """The grid's steps in order; with stop_after_slo_failures, a target that failed that many levels in a row
-    (by level, over the repeats so far) is left out of the steps that remain."""
+    (by level, over the repeats so far) is left out of the steps that remain. A resumed run skips the steps
+    whose (repeat, targets and levels) finished before (`done`)."""
 
-    def __init__(self, exp: Experiment, targets: tuple[TargetConfig, ...]) -> None:
+    def __init__(self, exp: Experiment, targets: tuple[TargetConfig, ...], done: frozenset = frozenset()) -> None:
         self.steps = grid_steps(exp, targets)
+        self.done = done
         self.stop_after = exp.load.stop_after_slo_failures
         self.total: int | None = None if self.stop_after else len(self.steps)
         self.position = 0
@@ -98,9 +101,14 @@ class GridPlan:
             self.position += 1
             stopped = _stopped_targets(judge(), self.stop_after) if self.stop_after else set()
             loads = tuple(load for load in step.loads if load.target not in stopped)
-            if loads:
+            if loads and grid_key(step.repeat, loads) not in self.done:
                 return PlannedStep(step_id, step.repeat, loads)
         return None
+
+
+def grid_key(repeat: int, loads: tuple[TargetLoad, ...]) -> tuple[int, frozenset]:
+    """A grid step as a resume recognises it: its repeat and each target's level (loadgen.resume.GridKey)."""
+    return repeat, frozenset((load.target, load.level) for load in loads)
 
 
 def _stopped_targets(verdicts: Verdicts, in_a_row: int) -> set[str]:

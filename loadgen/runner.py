@@ -42,6 +42,7 @@ from loadgen.plan import (
 from loadgen.probe import server_info_samples
 from loadgen.prompts.mix import PromptMix
 from loadgen.protocol.base import SamplingSpec
+from loadgen.resume import ResumeState, config_hash
 from loadgen.secrets import masked
 from loadgen.servers import ServerProcess
 from loadgen.sink import ResultsSink, check_writable, flush
@@ -97,6 +98,8 @@ class RunContext:
     sink: Any                         # the ResultsSink actor
     log: Callable[[str], None]
     steps_run: int = 0
+    sink_name: str = ""               # workers find the sink by this name (one per driver: a resume makes its own)
+    resume: ResumeState | None = None  # what an earlier driver of this run left (--resume)
 
     @property
     def log_dir(self) -> Path:
@@ -134,9 +137,10 @@ def _why_stopped(exc: BaseException) -> str:
     return str(exc) or _stop_signal or "interrupted"
 
 
-def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
-    """Run every step of `exp`, writing results under `results_dir`; returns how the run ended."""
-    run_id = f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+def run_experiment(exp: Experiment, results_dir: str, log=print, resume: ResumeState | None = None) -> RunResult:
+    """Run every step of `exp`, writing results under `results_dir`; returns how the run ended. `resume`
+    (loadgen.resume.load_resume): append to that run, keeping its finished steps and running the rest."""
+    run_id = resume.run_id if resume else f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     results = Path(results_dir).resolve()
     check_writable(results)   # a full or read-only folder is refused before any load
     global _stop_signal
@@ -144,32 +148,42 @@ def run_experiment(exp: Experiment, results_dir: str, log=print) -> RunResult:
     previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     # the sink runs on the driver's node: results are written where the job was started
-    sink = ResultsSink.options(name=_sink_name(run_id), scheduling_strategy=here).remote(str(results), run_id)
-    ctx = RunContext(exp, run_id, results, sink, log)
-    started = now_ns()
+    sink_name = f"loadgen-sink-{run_id}-{uuid.uuid4().hex[:6]}"
+    sink = ResultsSink.options(name=sink_name, scheduling_strategy=here).remote(str(results), run_id)
+    ctx = RunContext(exp, run_id, results, sink, log, resume.next_step_id if resume else 0, sink_name, resume)
+    started = resume.started_at_ns if resume else now_ns()
     _write_run(ctx, started, None, "running", "")
+    flush(sink)   # on disk before any load: a driver killed in its first step leaves a run that can be resumed
     placement = placement_for(exp.fleet)
     stages = [s.targets for s in exp.fleet.stages] if exp.fleet else [exp.targets]
     status, reason = "failed", "unexpected error"
     try:
         placement.prepare(stages, log)
-        plans = [(stage_targets, make_plan(exp, stage_targets)) for stage_targets in stages]
+        done = resume.done if resume else frozenset()
+        plans = [(stage_targets, make_plan(exp, stage_targets, done)) for stage_targets in stages]
         sizes = [plan.total for _, plan in plans]
         total = None if None in sizes else sum(s for s in sizes if s is not None)
         what = f"{total} steps" if total is not None else (
             "a capacity search" if exp.load.search else "steps until the SLO stops each target")
         log(f"run {run_id}: {what} over {len(exp.targets)} targets in {len(stages)} configurations -> {results}")
+        if resume:   # new step ids follow the old ones: no "step N/total" counter
+            total = None
+            log(f"resuming run {run_id}: {len(done)} finished steps kept, {len(resume.superseded)} left out "
+                f"(steps {', '.join(map(str, resume.superseded)) or 'none'}), new steps from {resume.next_step_id}")
         incomplete = 0
         for stage_targets, plan in plans:   # one server configuration each; servers restart between them
+            judge = ctx.judge(stage_targets)
+            if (step := plan.next_step(ctx.steps_run, judge)) is None:
+                continue   # a resumed run's stage that had finished: its servers are not started again
             servers: list = []
             targets: list[_Target] = []
             try:
                 targets += _bring_up(ctx, stage_targets, placement, servers)
-                judge = ctx.judge(stage_targets)
-                while (step := plan.next_step(ctx.steps_run, judge)) is not None:
+                while step is not None:
                     ctx.steps_run += 1
                     if not _run_step(ctx, step, targets, total):
                         incomplete += 1
+                    step = plan.next_step(ctx.steps_run, judge)
             finally:
                 _tear_down(targets, servers, ctx.log_dir)
         status = "complete" if not incomplete else "incomplete"
@@ -225,7 +239,7 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
         # The prompts (a PromptPool) and the sink go by name: a worker can restart, and Ray logs an error for a
         # restartable actor with constructor arguments in the object store (a large value, a ray.put ref, a handle).
         workers = [LoadWorker.options(**placement.worker_options(t, i)).remote(
-                       f"{t.name}.w{i}", spec, (pool_name, i), sampling, _sink_name(ctx.run_id), bars) for i in range(n)]
+                       f"{t.name}.w{i}", spec, (pool_name, i), sampling, ctx.sink_name, bars) for i in range(n)]
         targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, [pool]))
     placement.verify([(t.config, t.workers) for t in targets], dict(zip(launches, servers)), log)
     preflights = ray.get([t.workers[0].preflight.remote() for t in targets])
@@ -234,11 +248,6 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
         target.info = info
         log(f"target {target.config.name}: {_describe(info)}")
     return targets
-
-
-def _sink_name(run_id: str) -> str:
-    """The results sink's actor name: workers look it up by name (see LoadWorker.__init__)."""
-    return f"loadgen-sink-{run_id}"
 
 
 def _tear_down(targets: list[_Target], servers: list, log_dir: Path) -> None:
@@ -544,6 +553,8 @@ def _write_run(ctx: RunContext, started: int, finished: int | None, status: str,
         "host": json.dumps({"hostname": socket.gethostname(), "python": platform.python_version(),
                             "ray": ray.__version__, "platform": platform.platform()}),
         "clock_anchor": json.dumps(anchor()), "slo": exp.slo.to_json() if exp.slo else None,
+        "config_hash": config_hash(exp), "written_at_ns": now_ns(),
+        "superseded_steps": list(ctx.resume.superseded) if ctx.resume and ctx.resume.superseded else None,
     }
     ray.get(ctx.sink.write.remote({"runs": schema.batch_from_rows("runs", [row])}))
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe
+SCHEMA_VERSION = 4  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
+                    # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume)
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -41,6 +42,9 @@ RUNS = pa.schema([
     ("host", pa.string()),              # JSON text: hostname, python, ray, cpu count
     ("clock_anchor", pa.string()),      # JSON text: the driver's monotonic/wall anchor
     ("slo", pa.string()),               # JSON text of the run's [slo] (loadgen.slo.Slo), NULL without one
+    ("config_hash", pa.string()),       # sha256 of the validated experiment: --resume refuses a changed file
+    ("superseded_steps", pa.list_(pa.int32())),  # step ids a resume re-ran: the views leave their rows out
+    ("written_at_ns", pa.int64()),      # when this row was written: the newest row of a run is its state
 ])
 
 STEPS = pa.schema([
@@ -66,7 +70,7 @@ STEPS = pa.schema([
     ("t_measure_start_ns", pa.int64()),
     ("t_measure_end_ns", pa.int64()),
     ("t_end_ns", pa.int64()),
-    ("status", pa.string()),            # complete | incomplete | failed
+    ("status", pa.string()),            # complete | incomplete | failed (the target's server died: an SLO fail)
     ("status_reason", pa.string()),
     ("probe", pa.string()),             # capacity search: why it chose this level; NULL in a grid
 ])

@@ -21,9 +21,10 @@ SELECT s.run_id, s.step_id, s.target, s.node, s.algorithm, s.draft_tokens, s.con
        round(g.met / s.window_s, 3) AS goodput_req_s,
        round(g.met_tokens / s.window_s, 2) AS goodput_tok_s,
        g.worst_line,
-       slo_verdict(g.has_slo, g.met, g.measured, g.failed, g.slo_attainment, g.slo_max_error_rate) AS verdict,
-       slo_clear(slo_verdict(g.has_slo, g.met, g.measured, g.failed, g.slo_attainment, g.slo_max_error_rate),
-                 g.met, g.measured, g.slo_attainment) AS clear,
+       slo_verdict(g.has_slo, g.met, g.measured, g.failed, g.slo_attainment, g.slo_max_error_rate,
+                   died := g.server_died) AS verdict,
+       slo_clear(slo_verdict(g.has_slo, g.met, g.measured, g.failed, g.slo_attainment, g.slo_max_error_rate,
+                             died := g.server_died), g.met, g.measured, g.slo_attainment, died := g.server_died) AS clear,
        s.emulated
 FROM step_info s
 JOIN step_slo g USING (run_id, step_id, target)
