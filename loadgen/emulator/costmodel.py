@@ -47,9 +47,11 @@ class CostModel:
         """Drafting for one decode step of `batch` requests (before verification)."""
         prof, spec = self.spec.profile, self.spec
         if prof.draft == "chain":
+            assert spec.eagle_topk is not None and spec.num_steps is not None   # set by resolve() for a chain
             per_step = self._forward(self._dw, self._dp, batch * spec.eagle_topk, self._flops)
             return spec.num_steps * (per_step + self._dfloor)
         if prof.draft == "block":
+            assert spec.num_draft_tokens is not None   # set by resolve() for a block draft
             return self._forward(self._dw, self._dp, batch * spec.num_draft_tokens, self._flops) + self._dfloor
         return 0.0
 

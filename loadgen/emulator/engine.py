@@ -16,6 +16,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from loadgen.emulator import vocab
 from loadgen.emulator.costmodel import CostModel
@@ -121,6 +122,14 @@ class Counters:
     spec_verify_calls_total: int = 0
 
 
+class Observer(Protocol):
+    """What the engine tells an observer (metrics.Metrics): every token commit and every abort."""
+
+    def on_tokens(self, req: EmuRequest, n: int) -> None: ...
+
+    def on_abort(self, req: EmuRequest) -> None: ...
+
+
 class Engine:
     """Waiting queue + running batch + the stepping loop. All methods run on the event loop thread."""
 
@@ -142,7 +151,7 @@ class Engine:
         self._wake = asyncio.Event()
         self._deadline = 0.0
         self._task: asyncio.Task | None = None
-        self.observer = None            # metrics.Metrics when --enable-metrics: sees every token commit
+        self.observer: Observer | None = None   # metrics.Metrics when --enable-metrics: sees every token commit
 
     # ---- lifecycle
     def start(self) -> None:

@@ -114,10 +114,10 @@ class EmulatorProcess:
     def __enter__(self) -> EmulatorProcess:
         self._log = tempfile.TemporaryFile()
         argv, env = _secrets_to_env(self.argv)
-        self.proc = subprocess.Popen([sys.executable, "-m", "loadgen.emulator", *argv], env=env,
-                                     stdout=subprocess.DEVNULL, stderr=self._log)
+        self.proc = proc = subprocess.Popen([sys.executable, "-m", "loadgen.emulator", *argv], env=env,
+                                            stdout=subprocess.DEVNULL, stderr=self._log)
         try:
-            _wait_healthy(self.url, self.timeout, alive=lambda: self.proc.poll() is None)
+            _wait_healthy(self.url, self.timeout, alive=lambda: proc.poll() is None)
         except BaseException as exc:
             self._stop()
             self._log.seek(0)

@@ -27,7 +27,8 @@ def parse_generate(body: Any) -> tuple[str | list[int], dict[str, Any], bool, st
     if ids is not None and not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool)
                                                              for i in ids)):
         raise invalid_type(ids, "a sequence of integers")
-    if text is None and ids is None:
+    prompt = text if text is not None else ids
+    if prompt is None:
         raise ContractError("Either text, input_ids or input_embeds should be provided.")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
@@ -35,7 +36,7 @@ def parse_generate(body: Any) -> tuple[str | list[int], dict[str, Any], bool, st
     rid = body.get("rid")
     if rid is not None and not isinstance(rid, str):
         raise invalid_type(rid, "a string")
-    return (text if text is not None else ids), parse_sampling_params(body.get("sampling_params")), stream, rid
+    return prompt, parse_sampling_params(body.get("sampling_params")), stream, rid
 
 
 class NativeFormat:
@@ -63,7 +64,7 @@ class NativeFormat:
             m["e2e_latency"] = e2e
             spec = emu.spec
             if spec.enabled and req.spec_verify_ct > 0:
-                proposed = req.spec_verify_ct * (spec.num_draft_tokens - 1)
+                proposed = req.spec_verify_ct * (spec.verify_tokens - 1)
                 if proposed > 0:
                     m["spec_accept_rate"] = req.correct_drafts / proposed
                     m["spec_accept_length"] = n / req.spec_verify_ct

@@ -86,7 +86,7 @@ def spec_details(emu: Emulator, req: EmuRequest) -> dict[str, Any] | None:
     if not spec.enabled or req.spec_verify_ct == 0:
         return None
     n = req.completion_tokens
-    proposed = req.spec_verify_ct * (spec.num_draft_tokens - 1)
+    proposed = req.spec_verify_ct * (spec.verify_tokens - 1)
     return {"spec_accept_rate": req.correct_drafts / proposed if proposed else 0.0,
             "spec_accept_length": n / req.spec_verify_ct, "spec_cap_length": 0.0,
             "spec_block_accept_length": 0.0, "spec_num_correct_drafts": req.correct_drafts,
@@ -117,7 +117,7 @@ class _OpenAIFormat:
     def head(self, req: EmuRequest) -> dict[str, Any]:
         return {"id": req.id, "object": self.obj, "created": self.created, "model": self.model}
 
-    def finish(self, req: EmuRequest) -> tuple[str, Any]:
+    def finish(self, req: EmuRequest) -> tuple[str | None, Any]:
         fr = req.finish_reason or {}
         return fr.get("type"), fr.get("matched")
 

@@ -84,7 +84,7 @@ def parse_sampling_params(value: Any) -> dict[str, Any]:
             listed = ", ".join(f"`{f}`" for f in _FIELDS)
             raise ContractError(f"unknown field `{key}`, expected one of {listed}")
         _check(kind, v)
-    out = {"max_new_tokens": 128, "min_new_tokens": 0, "ignore_eos": False, "stream_interval": None}
+    out: dict[str, Any] = {"max_new_tokens": 128, "min_new_tokens": 0, "ignore_eos": False, "stream_interval": None}
     out.update({k: v for k, v in value.items() if v is not None})
     if out["max_new_tokens"] < 0:
         raise ContractError(f"max_new_tokens must be at least 0, got {out['max_new_tokens']}.")

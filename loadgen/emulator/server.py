@@ -99,9 +99,11 @@ class Emulator:
 
     def http_fault(self, req: EmuRequest) -> web.Response:
         """--fault-http: answer at once with the status and SGLang's error body; recorded, never run."""
+        fault = req.fault
+        assert fault is not None   # the routes call this for a request whose fault is "http"
         self.engine.ledger.append(req)
-        status = req.fault.info["status"]
-        req.fault.applied = True
+        status = fault.info["status"]
+        fault.applied = True
         req.status, req.t_done_ns = "faulted", time.time_ns()
         msg = f"emulator fault injection: HTTP {status} (id {req.id})"
         return json_response(error_body(msg, status), status)

@@ -48,9 +48,9 @@ def closed_loop(engine: Engine, concurrency: int, prompts: Sequence[str], max_ne
                 warmup_s: float = 60.0, measure_s: float = 240.0) -> CellResult:
     """Keep exactly `concurrency` requests in flight (a new one as each finishes), in virtual time."""
     t, n_sent = 0.0, 0
-    sent_at: dict[int, float] = {}
-    first_at: dict[int, float] = {}
-    last_at: dict[int, float] = {}
+    sent_at: dict[str, float] = {}   # by request id
+    first_at: dict[str, float] = {}
+    last_at: dict[str, float] = {}
     t0, t1 = warmup_s, warmup_s + measure_s
     tokens_in_window, gaps = 0, []
     finished: list[EmuRequest] = []

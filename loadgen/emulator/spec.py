@@ -35,7 +35,10 @@ class SpecConfig:
     @property
     def verify_tokens(self) -> int:
         """Tokens the target verifies per request per decode step (1 without speculation)."""
-        return self.num_draft_tokens if self.enabled else 1
+        if not self.enabled:
+            return 1
+        assert self.num_draft_tokens is not None   # resolve() sets it whenever speculation is on
+        return self.num_draft_tokens
 
     @property
     def variant(self) -> str:
