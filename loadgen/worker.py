@@ -130,7 +130,6 @@ class LoadWorker:
         self.slot_tasks: list[asyncio.Task] = []
         self.open_requests: set[asyncio.Task] = set()
         self.background: list[asyncio.Task] = []
-        self.identity: dict | None = None  # loadgen.serverid's answer (first worker of a target: preflight)
         self.measure_open = 0
         self.measure_sent = 0
         self.window_end_ns = 0
@@ -224,8 +223,8 @@ class LoadWorker:
             await self.preflight()  # a restarted actor lost the driver's configure()
         if not self.prompts:
             pool, shard = self.prompt_source
-        self.step = step
             self.prompts = await ray.get_actor(pool).shard.remote(shard)
+        self.step = step
         self.issuing = True
         self.measure_open = 0
         self.measure_sent = 0
@@ -314,10 +313,11 @@ class LoadWorker:
             if state.phase == "measure":  # close_window may have moved it to the drain meanwhile
                 self.measure_open -= 1
             self.outcomes[state.status] = self.outcomes.get(state.status, 0) + 1
+            self.finished.append(state)
             if state.finish_reason == "stop" and self.sampling.ignore_eos and not self.warned_early_stop:
                 self._warn_early_stop(state)
-            self.finished.append(state)
         return state.status
+
     def _warn_early_stop(self, state: StreamState) -> None:
         """ignore_eos was sent, yet the server stopped: the workload is not the one asked for (shorter outputs).
         Said once in the run's output (Ray forwards a worker's stdout to the driver); queries/workload_check.sql
@@ -330,7 +330,6 @@ class LoadWorker:
               f"{state.completion_tokens} of {self.sampling.max_new_tokens} tokens although ignore_eos was sent: it "
               "ignores ignore_eos, so outputs are shorter than asked (loadgen query workload_check; or run with "
               "--no-ignore-eos / prompts.ignore_eos = false)", flush=True)
-
 
     async def close_window(self, t_end_ns: int) -> None:
         """The driver ends a closed-loop window (it lasts until enough requests were sent in it): requests
@@ -397,6 +396,11 @@ class LoadWorker:
             self.bar.close()
             self.bar = None
         self.endpoint.close_idle()
+        if step.sample_server and self.session is not None:  # a last server sample, after the last request
+            try:
+                self._write_samples(step, {"t_ns": []}, await self._server_rows(self.session, step))
+            except (aiohttp.ClientError, TimeoutError, LoadgenError):
+                pass
         self.window_open_until_ns = self.window_end_ns  # the step is over: every row ships as it stands
         await self._flush(step)
         await asyncio.gather(*self.pending_writes, *self.write_checks)
@@ -424,11 +428,6 @@ class LoadWorker:
             await self._flush(step)
 
     async def _sampler(self, step: StepSpec) -> None:
-        if step.sample_server and self.session is not None:  # a last server sample, after the last request
-            try:
-                self._write_samples(step, {"t_ns": []}, await self._server_rows(self.session, step))
-            except (aiohttp.ClientError, TimeoutError, LoadgenError):
-                pass
         rows: dict[str, list] = {k: [] for k in ("t_ns", "loop_lag_ms", "read_delay_max_ms", "cpu_percent",
                                                         "in_flight")}
         self.process.cpu_percent(None)
@@ -557,6 +556,20 @@ class LoadWorker:
         }
 
 
+def identity_info(ident: serverid.ServerId, flavor: str) -> dict:
+    """The server's identity as steps.server_info keys: `server`, `server_version`, `model`, the resolved
+    `flavor`, what it says of its drafting, the routes probed; for a server other than SGLang also `version`
+    and `speculative_algorithm` (UNKNOWN unless it says)."""
+    info = {"server": ident.name, "server_version": ident.version, "model": ident.model, "flavor": flavor,
+            "server_speculative": ident.speculative, "routes": ident.routes}
+    if ident.name != serverid.SGLANG:
+        types = ident.speculative.get("speculative.types")
+        info["version"] = ident.version or "unknown"
+        info["speculative_algorithm"] = (str(types).upper() if isinstance(types, str) and types
+                                         else "UNKNOWN")
+    return info
+
+
 def _read_api_key(target: TargetSpec) -> tuple[str | None, str | None]:
     """(key, problem): from the environment or a file on this node; the problem is raised at preflight."""
     if target.api_key_env:
@@ -582,20 +595,6 @@ async def _sleep_until(t_ns: int) -> None:
     no measured request open and was cut at once, its requests 'cancelled')."""
     while (delay := (t_ns - now_ns()) / 1e9) > 0:
         await asyncio.sleep(delay)
-
-
-def identity_info(ident: serverid.ServerId, flavor: str) -> dict:
-    """The server's identity as steps.server_info keys: `server`, `server_version`, `model`, the resolved
-    `flavor`, what it says of its drafting, the routes probed; for a server other than SGLang also `version`
-    and `speculative_algorithm` (UNKNOWN unless it says)."""
-    info = {"server": ident.name, "server_version": ident.version, "model": ident.model, "flavor": flavor,
-            "server_speculative": ident.speculative, "routes": ident.routes}
-    if ident.name != serverid.SGLANG:
-        types = ident.speculative.get("speculative.types")
-        info["version"] = ident.version or "unknown"
-        info["speculative_algorithm"] = (str(types).upper() if isinstance(types, str) and types
-                                         else "UNKNOWN")
-    return info
 
 
 def _raise_priority(realtime: bool) -> None:
