@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from pathlib import Path
 
@@ -39,7 +40,9 @@ LEVELS = {1: 4, 3: 6}   # concurrency -> requests (a counted run: all measured)
 @pytest.fixture(scope="module")
 def llama(llama_server_bin, tmp_path_factory):
     binary, model = llama_server_bin
-    with LlamaServer(binary, model, tmp_path_factory.mktemp("llama") / "server.log", parallel=4) as server:
+    # --spec-draft-p-min: the draft stops where it is unsure, so some passes verify nothing (passes > drafts)
+    with LlamaServer(binary, model, tmp_path_factory.mktemp("llama") / "server.log", parallel=4,
+                     extra=("--spec-draft-p-min", "0.6")) as server:
         yield server
 
 
@@ -60,7 +63,8 @@ def llama_run(ray_local, llama, tmp_path_factory):
             # the worker shares the 2 cores with a CPU-bound server: no real-time reading thread (README)
             "load": {"concurrency": [concurrency], "requests": n, "request_timeout_s": 300.0,
                      "realtime_priority": False},
-            "prompts": {"seed": concurrency, "max_new_tokens": MAX_TOKENS, "ignore_eos": True,
+            # temperature 1: the target samples, so drafts are accepted in part (acceptance below its maximum)
+            "prompts": {"seed": concurrency, "max_new_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 1.0,
                         "sources": [{"kind": "code", "weight": 0.5}, {"kind": "prose", "weight": 0.5}]},
             "targets": [{"name": "llama", "url": llama.url}],   # flavor: auto (the default)
         }, Path("."))
@@ -167,7 +171,7 @@ def test_throughput_and_ttft_against_the_servers_own_timings(llama_run):
         assert ours_rate == pytest.approx(server_rate, rel=0.02)
         e2e_diff = [r["e2e_s"] - r["server_e2e_s"] for r in rows]
         for r in rows:   # the server's own per-request time (prompt_ms + predicted_ms) lies inside ours
-            assert r["server_e2e_s"] <= r["e2e_s"] <= r["server_e2e_s"] * 1.01 + 0.1
+            assert r["server_e2e_s"] <= r["e2e_s"]
         [tp] = _rows(con, "SELECT tok_s, tok_s_ok, token_method, frames_unknown_tokens FROM step_throughput")
         assert tp["token_method"] == "spread" and tp["tok_s"] > 0 and tp["tok_s_ok"] == tp["tok_s"]
         line = (f"\nC={concurrency} llama-server vs loadgen: generation {server_gen:.3f} vs {ours_gen:.3f} s, "
@@ -177,14 +181,21 @@ def test_throughput_and_ttft_against_the_servers_own_timings(llama_run):
         # TTFT vs its prompt eval time (slot start to first token: ours adds HTTP and tokenising), first-to-last
         # token vs its eval time
         ours = sorted(_rows(con, "SELECT prompt_tokens AS p, (t_first_token_ns - t_sent_ns) / 1e6 AS ttft_ms, "
-                                 "(t_last_token_ns - t_first_token_ns) / 1e6 AS gen_ms, t_sent_ns FROM requests"),
+                                 "(t_last_token_ns - t_first_token_ns) / 1e6 AS gen_ms, t_sent_ns, "
+                                 "(t_done_ns - t_sent_ns) / 1e6 AS e2e_ms, server_e2e_s FROM requests"),
                       key=lambda r: (r["p"], r["t_sent_ns"]))
         theirs = sorted(logged, key=lambda t: (t["prompt_n"], t["task"]))
         ttft_diff = [o["ttft_ms"] - t["prompt_ms"] for o, t in zip(ours, theirs)]
         gen_diff = [o["gen_ms"] - t["gen_ms"] for o, t in zip(ours, theirs)]
         assert [o["p"] for o in ours] == [t["prompt_n"] for t in theirs]
         for d, t in zip(ttft_diff, theirs):
-            assert -1.0 <= d <= 0.05 * t["prompt_ms"] + 60, (ttft_diff, theirs)
+            # the server's prompt time starts when a slot takes the request: with other requests running, the
+            # wait for the server loop's next turn (seconds on this CPU) is in our TTFT only
+            assert -1.0 <= d <= (0.05 * t["prompt_ms"] + 60 if concurrency == 1 else math.inf), (ttft_diff, theirs)
+        e2e_by_prompt = sorted(((r["p"], r["t_sent_ns"], r["e2e_ms"] - 1e3 * r["server_e2e_s"]) for r in ours))
+        for (_, _, e), d in zip(e2e_by_prompt, ttft_diff):
+            # all of the difference is before the first token (up to the few ms of generation-time difference)
+            assert -5.0 <= e - d <= 60, (e, d)
         for d, t in zip(gen_diff, theirs):
             assert abs(d) <= 0.02 * t["gen_ms"] + 20, (gen_diff, theirs)
         line += (f"; per request TTFT - prompt eval time {min(ttft_diff):+.1f}..{max(ttft_diff):+.1f} ms "
