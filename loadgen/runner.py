@@ -10,6 +10,7 @@ snapshot again, write the step rows. Whatever fails, the run row is finished and
 from __future__ import annotations
 
 import json
+import os
 import platform
 import signal
 import socket
@@ -560,6 +561,10 @@ def _write_run(ctx: RunContext, started: int, finished: int | None, status: str,
 
 
 def _git_commit() -> str | None:
+    """The checkout's commit; under `ray job submit` (Ray uploads the working dir without .git) the one the
+    submitter passes as LOADGEN_GIT_COMMIT (README: Running against real servers)."""
+    if os.environ.get("LOADGEN_GIT_COMMIT"):
+        return os.environ["LOADGEN_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).parent)
