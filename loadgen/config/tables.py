@@ -40,7 +40,8 @@ class StrictTable:
     def __init__(self, data: Any, key: str) -> None:
         if not isinstance(data, dict):
             raise ConfigError(key, f"must be a table, got {type(data).__name__}", f"write it as [{key}]")
-        self.data, self.key, self.used = data, key, set()
+        self.data, self.key = data, key
+        self.used: set[str] = set()
 
     def _key(self, name: str) -> str:
         return f"{self.key}.{name}" if self.key else name

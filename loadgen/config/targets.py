@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from loadgen.config.tables import StrictTable, check_name
@@ -119,7 +119,7 @@ def _check_emulator_flags(args: tuple[str, ...], key: str) -> None:
     parser = build_parser()
     parser.allow_abbrev = False  # a misspelt flag must not pass as an abbreviation of a real one
 
-    def error(message: str) -> None:
+    def error(message: str) -> NoReturn:
         raise ConfigError(key, f"the emulator rejects these flags: {message}",
                           "see python -m loadgen.emulator --help (keys are its flags without the dashes)")
 

@@ -82,17 +82,18 @@ def mutate(source: str, salt: str) -> str | None:
     None when the code has no such operator on a single line."""
     lines = [line.encode() for line in source.splitlines(keepends=True)]
     sites: list[tuple[int, int, int, str]] = []  # (line index, byte start, byte end, replacement)
+    swaps: list[tuple[tuple[str, str] | None, ast.expr, ast.expr]]   # (swap, left operand, right operand)
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Compare):
             pairs = zip(node.ops, [node.left, *node.comparators], node.comparators)
             swaps = [(_COMPARE_SWAPS.get(type(op)), a, b) for op, a, b in pairs]
         elif isinstance(node, ast.BoolOp):
-            swap = _BOOL_SWAPS[type(node.op)]
-            swaps = [(swap, a, b) for a, b in zip(node.values, node.values[1:])]
+            op_swap = _BOOL_SWAPS[type(node.op)]
+            swaps = [(op_swap, a, b) for a, b in zip(node.values, node.values[1:])]
         else:
             continue
         for swap, left, right in swaps:
-            if swap is None or left.end_lineno != right.lineno:
+            if swap is None or left.end_col_offset is None or left.end_lineno != right.lineno:
                 continue
             row = right.lineno - 1
             gap = lines[row][left.end_col_offset:right.col_offset].decode()

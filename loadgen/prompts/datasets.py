@@ -31,6 +31,7 @@ _SHAREGPT_USER = ("human", "user")
 def load_dataset(src: SourceConfig) -> list[Task]:
     """All rows of the source's file as Tasks (at least one, else ConfigError)."""
     loader = {"jsonl": _jsonl, "sharegpt": _sharegpt, "question-jsonl": _questions, "humaneval": _humaneval}
+    assert src.format is not None   # a dataset source (parse_prompts_config: no builtin means a format)
     tasks = list(loader[src.format](src))
     if not tasks:
         raise ConfigError(f"{src.key}.path", f"{_path(src)} holds no usable prompts",
@@ -41,7 +42,7 @@ def load_dataset(src: SourceConfig) -> list[Task]:
 def _jsonl(src: SourceConfig) -> Iterator[Task]:
     """{"prompt": str} or {"messages": [{"role", "content"}, ...]}, optional "kind"."""
     for line, row in _json_lines(src):
-        kind = src.kind or _row_str(row, "kind", src, line, required=False) or "prose"
+        kind = src.kind or _optional_row_str(row, "kind", src, line) or "prose"
         task_id, template = f"jsonl/{src.name}#{line}", f"jsonl/{src.name}"
         if ("prompt" in row) == ("messages" in row):
             _bad_row(src, line, 'needs exactly one of "prompt" or "messages"')
@@ -147,13 +148,16 @@ def _transcript(messages: tuple[dict, ...]) -> str:
     return "\n\n".join(turns + ["Assistant:"])
 
 
-def _row_str(row: dict, name: str, src: SourceConfig, line: int, required: bool = True) -> str | None:
+def _row_str(row: dict, name: str, src: SourceConfig, line: int) -> str:
     value = row.get(name)
-    if value is None and not required:
-        return None
     if not isinstance(value, str) or not value.strip():
         _bad_row(src, line, f'"{name}" must be a non-empty string, got {value!r}')
     return value
+
+
+def _optional_row_str(row: dict, name: str, src: SourceConfig, line: int) -> str | None:
+    """_row_str, or None when the row lacks the key (or holds null)."""
+    return None if row.get(name) is None else _row_str(row, name, src, line)
 
 
 def _bad_row(src: SourceConfig, line: int | None, problem: str) -> NoReturn:

@@ -11,6 +11,7 @@ import bisect
 import itertools
 import random
 from collections.abc import Callable
+from typing import TypeGuard
 
 from loadgen.errors import ConfigError
 from loadgen.prompts import Prompt
@@ -61,7 +62,7 @@ class PromptMix:
                 f"widen the bounds in [{self.cfg.key}] or drop this source")
         return fitting  # templates with nothing in bounds are left out: the bounds asked for that
 
-    def _fits(self, task: Task | None) -> bool:
+    def _fits(self, task: Task | None) -> TypeGuard[Task]:
         return task is not None and self.cfg.min_prompt_chars <= task.chars(self.cfg.chat) <= self.cfg.max_prompt_chars
 
     def _next_task(self) -> Task:
@@ -84,7 +85,7 @@ class _Cursor:
     """Walks one pool in a seeded shuffled order, skipping candidates that do not apply or do not
     fit the length bounds; reshuffles (new seed) each time the order is used up."""
 
-    def __init__(self, pool: Pool, fits: Callable[[Task | None], bool], seed: str) -> None:
+    def __init__(self, pool: Pool, fits: Callable[[Task | None], TypeGuard[Task]], seed: str) -> None:
         self._pool, self._fits, self._seed = pool, fits, seed
         self._cycle, self._order, self._pos = 0, self._shuffled(0), 0
 
