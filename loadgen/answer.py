@@ -99,13 +99,13 @@ def headline(baseline: str, other: str, levels: list[Level]) -> str:
         return f"{other} vs {baseline}: no level with both series measured"
     runs: list[list[Level]] = []
     for lv in decided:
-        if runs and (runs[-1][-1].change_pct > 0) == (lv.change_pct > 0):
+        if runs and (_change(runs[-1][-1]) > 0) == (_change(lv) > 0):
             runs[-1].append(lv)
         else:
             runs.append([lv])
     parts = []
     for i, run in enumerate(runs):
-        leader = other if run[0].change_pct > 0 else baseline
+        leader = other if _change(run[0]) > 0 else baseline
         if len(runs) == 1:
             where = f"at every level ({run[0].level}..{_bare(run[-1])})" if len(run) > 1 else f"at {run[0].level}"
         elif i == 0:
@@ -114,12 +114,18 @@ def headline(baseline: str, other: str, levels: list[Level]) -> str:
             where = f"from {run[0].level}"
         else:
             where = f"at {run[0].level}" + (f"..{_bare(run[-1])}" if len(run) > 1 else "")
-        parts.append(f"{leader} ahead {where} ({_span([lv.change_pct for lv in run])})")
+        parts.append(f"{leader} ahead {where} ({_span([_change(lv) for lv in run])})")
     text = ", ".join(parts)
     crossings = [f"{_bare(before[-1])} and {_bare(after[0])}" for before, after in zip(runs, runs[1:])]
     if crossings:
         text += "; crossover between " + ", ".join(crossings)
     return text + "; noise: " + _noise(decided)
+
+
+def _change(level: Level) -> float:
+    """A decided level's change_pct (headline keeps only the levels whose change is set and not zero)."""
+    assert level.change_pct
+    return level.change_pct
 
 
 def _bare(level: Level) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, Literal
 
 from loadgen.analysis import list_queries, open_results, run_query
 from loadgen.errors import LoadgenError
@@ -487,10 +487,11 @@ def change_plot(report: Report) -> Plot | None:
             ax.annotate(_pct(y), (x, y), textcoords="offset points", xytext=(0, 6 if y >= 0 else -12),
                         ha="center", fontsize=7, color=report.colours[key])
         pairs = [(r, base.get((r["run_id"], x))) for r, x in zip(first, xs)]
-        if all(b and r["repeats"] > 1 and b["repeats"] > 1 for r, b in pairs):
+        repeated = [(r, b) for r, b in pairs if b and r["repeats"] > 1 and b["repeats"] > 1]
+        if len(repeated) == len(pairs):   # every level has repeats on both sides: a band
             banded = True
-            ax.fill_between(xs, [100 * (r["tok_s_min"] / b["tok_s_max"] - 1) for r, b in pairs],
-                            [100 * (r["tok_s_max"] / b["tok_s_min"] - 1) for r, b in pairs],
+            ax.fill_between(xs, [100 * (r["tok_s_min"] / b["tok_s_max"] - 1) for r, b in repeated],
+                            [100 * (r["tok_s_max"] / b["tok_s_min"] - 1) for r, b in repeated],
                             color=report.colours[key], alpha=0.15, linewidth=0)
     if not banded:
         ax.text(0.02, 0.03, "noise unknown: one repeat per level", transform=ax.transAxes, fontsize=8,
@@ -544,7 +545,8 @@ def pareto_plot(report: Report) -> Plot | None:
 
 
 LATENCY_METRICS = (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("itl_ms", "ITL, token-weighted (ms)"))
-PERCENTILES = (("p50", "-", 2), ("p99", ":", 100))   # column, line style, samples it needs
+# (column, line style, samples it needs)
+PERCENTILES: tuple[tuple[str, Literal["-", ":"], int], ...] = (("p50", "-", 2), ("p99", ":", 100))
 
 
 def latency_plot(report: Report) -> Plot | None:
