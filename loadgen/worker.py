@@ -16,6 +16,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from typing import cast
 
 import aiohttp
 import psutil
@@ -245,6 +246,7 @@ class LoadWorker:
         if step.arrivals is not None:
             self.slot_tasks = [asyncio.create_task(self._open_loop(step, step.arrivals))]
         else:
+            assert step.concurrency is not None   # closed loop: the runner gives every worker its share
             cursor = iter(range(1 << 62))
             ramp_ns = (step.t_measure_start_ns - step.t_start_ns) / step.concurrency
             self.slot_tasks = [asyncio.create_task(self._slot(step, cursor, (k + step.stagger) * ramp_ns))
@@ -295,14 +297,16 @@ class LoadWorker:
                  "measure" if t_scheduled < self.window_end_ns else "drain")
         state = StreamState(f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", prompt, phase, t_scheduled,
                             self.frames)
-        body = self.adapter.body(state.request_id, prompt, self.sampling)
+        adapter = self.adapter
+        assert adapter is not None   # chosen at start, or by preflight/configure before any load
+        body = adapter.body(state.request_id, prompt, self.sampling)
         self.sent += 1
         if phase == "measure":
             self.measure_open += 1
             self.measure_sent += 1
         try:
             if self.issuing:
-                await stream_request(self.endpoint, self.adapter, state, body, self.streams, self.reads)
+                await stream_request(self.endpoint, adapter, state, body, self.streams, self.reads)
             else:  # an open-loop arrival whose task first ran after stop_step
                 state.fail("cancelled", "step ended before it was sent")
                 state.close(now_ns())
@@ -312,11 +316,12 @@ class LoadWorker:
         finally:
             if state.phase == "measure":  # close_window may have moved it to the drain meanwhile
                 self.measure_open -= 1
-            self.outcomes[state.status] = self.outcomes.get(state.status, 0) + 1
+            status = cast(str, state.status)   # set: every path above closes the state
+            self.outcomes[status] = self.outcomes.get(status, 0) + 1
             self.finished.append(state)
             if state.finish_reason == "stop" and self.sampling.ignore_eos and not self.warned_early_stop:
                 self._warn_early_stop(state)
-        return state.status
+        return status
 
     def _warn_early_stop(self, state: StreamState) -> None:
         """ignore_eos was sent, yet the server stopped: the workload is not the one asked for (shorter outputs).
@@ -508,7 +513,7 @@ class LoadWorker:
             batches["requests"] = schema.batch_from_rows("requests", [self._row(step, s) for s in done])
         sent = self._send(batches)
         self.frames.drop(n)
-        if done:
+        if done and sent is not None:   # rows to ship make a batch, so a call was sent
             self.in_transit.append((sent, done))
 
     def _decided(self, finished: list[StreamState]) -> tuple[list[StreamState], list[StreamState]]:
@@ -516,7 +521,8 @@ class LoadWorker:
         waits for `close_window`, which may move it to the drain. The driver stamps the end before it tells
         the workers; shipped at once, a short request sent in between would have kept phase `measure`."""
         open_until = self.window_open_until_ns
-        ship, hold = [], []
+        ship: list[StreamState] = []
+        hold: list[StreamState] = []
         for state in finished:
             (hold if state.phase == "measure" and state.t_scheduled_ns >= open_until else ship).append(state)
         return ship, hold
@@ -586,7 +592,13 @@ def _read_api_key(target: TargetSpec) -> tuple[str | None, str | None]:
 
 def _version(text: str) -> tuple[int, ...]:
     """'0.5.23' -> (0, 5, 23); unparsable parts count as 0 (a dev build compares as its release)."""
-    return tuple(int(re.match(r"\d*", p).group() or 0) for p in str(text).split(".")[:3])
+    return tuple(_leading_int(p) for p in str(text).split(".")[:3])
+
+
+def _leading_int(part: str) -> int:
+    """The number a version part starts with; 0 when it starts with no digit."""
+    digits = re.match(r"\d*", part)   # always matches, maybe the empty string
+    return int(digits.group()) if digits and digits.group() else 0
 
 
 async def _sleep_until(t_ns: int) -> None:
