@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from loadgen.errors import LoadgenError, user_message
 
@@ -20,13 +21,14 @@ def _adhoc(args: argparse.Namespace) -> int:
     """A one-off run from flags: one target, one or more concurrency levels, a fixed number of requests."""
     from pathlib import Path
 
-    from loadgen.capacity import results_folder   # first: it sets Ray's log options before Ray is imported
+    from loadgen.capacity import results_folder  # first: it sets Ray's log options before Ray is imported
+    # isort: split
     from loadgen import analysis, ray_setup
     from loadgen.config import parse_experiment
     from loadgen.errors import ConfigError
     from loadgen.runner import run_experiment
     from loadgen.sink import check_writable
-    experiment = {
+    experiment: dict[str, Any] = {
         "run": {"name": args.name},
         "load": {"concurrency": args.concurrency, "requests": args.requests,
                  "workers_per_target": args.workers, "flush_cache": args.flavor in ("sglang", "auto"),
@@ -173,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["emulate"]:  # the emulator owns its flags (they mirror sglang.launch_server's)
         from loadgen.emulator.__main__ import main as emulate
-        return emulate(argv[1:])
+        emulate(argv[1:])
+        return 0
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -12,7 +12,6 @@ import subprocess
 import time
 from pathlib import Path
 
-
 from loadgen.ports import free_port
 
 REPO = Path(__file__).parents[1]

@@ -26,12 +26,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from conftest import serve_app
+from llamaserver import LlamaServer
 from loadgen import analysis, serverid
 from loadgen.config import parse_experiment
 from loadgen.runner import run_experiment
-
-from conftest import serve_app
-from llamaserver import LlamaServer
 
 MAX_TOKENS = 40
 LEVELS = {1: 4, 3: 6}   # concurrency -> requests (a counted run: all measured)
@@ -110,7 +109,7 @@ def test_auto_names_llama_cpp_and_records_it_in_steps(llama_run):
 
 
 def test_every_request_ok_with_the_tokens_asked_for(llama_run):
-    for concurrency, (con, delta, logged) in llama_run.items():
+    for concurrency, (con, delta, _logged) in llama_run.items():
         rows = _rows(con, "SELECT status, completion_tokens, spec_verify_ct, cached_tokens, finish_reason "
                           "FROM requests")
         assert len(rows) == LEVELS[concurrency]
@@ -192,7 +191,7 @@ def test_throughput_and_ttft_against_the_servers_own_timings(llama_run):
             # the server's prompt time starts when a slot takes the request: with other requests running, the
             # wait for the server loop's next turn (seconds on this CPU) is in our TTFT only
             assert -1.0 <= d <= (0.05 * t["prompt_ms"] + 60 if concurrency == 1 else math.inf), (ttft_diff, theirs)
-        e2e_by_prompt = sorted(((r["p"], r["t_sent_ns"], r["e2e_ms"] - 1e3 * r["server_e2e_s"]) for r in ours))
+        e2e_by_prompt = sorted((r["p"], r["t_sent_ns"], r["e2e_ms"] - 1e3 * r["server_e2e_s"]) for r in ours)
         for (_, _, e), d in zip(e2e_by_prompt, ttft_diff):
             # all of the difference is before the first token (up to the few ms of generation-time difference)
             assert -5.0 <= e - d <= 60, (e, d)
