@@ -59,6 +59,9 @@ class Plan(Protocol):
     def next_step(self, step_id: int, judge: Judge) -> PlannedStep | None:
         """The step to run as `step_id`, or None when the plan is done."""
 
+    def drop(self, target: str) -> None:
+        """Leave `target` out of every step from now on (its server is gone: runner, on_server_death)."""
+
 
 def make_plan(exp: Experiment, targets: tuple[TargetConfig, ...], done: frozenset = frozenset()) -> Plan:
     """The plan for one server configuration's targets (a fleet runs one per configuration). `done`: a resumed
@@ -91,6 +94,7 @@ class GridPlan:
     def __init__(self, exp: Experiment, targets: tuple[TargetConfig, ...], done: frozenset = frozenset()) -> None:
         self.steps = grid_steps(exp, targets)
         self.done = done
+        self.dropped: set[str] = set()
         self.stop_after = exp.load.stop_after_slo_failures
         self.total: int | None = None if self.stop_after else len(self.steps)
         self.position = 0
@@ -100,10 +104,13 @@ class GridPlan:
             step = self.steps[self.position]
             self.position += 1
             stopped = _stopped_targets(judge(), self.stop_after) if self.stop_after else set()
-            loads = tuple(load for load in step.loads if load.target not in stopped)
+            loads = tuple(load for load in step.loads if load.target not in stopped | self.dropped)
             if loads and grid_key(step.repeat, loads) not in self.done:
                 return PlannedStep(step_id, step.repeat, loads)
         return None
+
+    def drop(self, target: str) -> None:
+        self.dropped.add(target)
 
 
 def grid_key(repeat: int, loads: tuple[TargetLoad, ...]) -> tuple[int, frozenset]:
@@ -157,6 +164,9 @@ class SearchPlan:
             return None
         return PlannedStep(step_id, 0, tuple(loads), None if self.open_loop else self.min_measured,
                            self._window_s(loads), self.max_measure_s)
+
+    def drop(self, target: str) -> None:
+        self.names = tuple(n for n in self.names if n != target)
 
     def _load(self, name: str, level: float, reason: str, runs: int) -> TargetLoad:
         if self.open_loop is None:

@@ -58,7 +58,8 @@ def load_resume(results: Path, run_id: str, exp: Experiment) -> ResumeState:
     con = duckdb.connect()
     glob = f"{results}/%s/run_id={run_id}/*.parquet"
     found = con.execute(
-        f"SELECT status, started_at_ns, config_hash, config, superseded_steps FROM (FROM read_parquet('{glob % 'runs'}', "
+        "SELECT status, started_at_ns, config_hash, config, superseded_steps "
+        f"FROM (FROM read_parquet('{glob % 'runs'}', "
         "union_by_name = true) UNION ALL BY NAME SELECT NULL::VARCHAR AS config_hash, NULL::INTEGER[] AS "
         "superseded_steps, NULL::BIGINT AS written_at_ns WHERE false) "
         "ORDER BY coalesce(written_at_ns, finished_at_ns) DESC NULLS LAST LIMIT 1").fetchall()
@@ -73,7 +74,8 @@ def load_resume(results: Path, run_id: str, exp: Experiment) -> ResumeState:
         raise LoadgenError(f"--resume {run_id}: the run was written by an older loadgen that recorded no experiment "
                            "hash, so it cannot be checked; start a new run without --resume")
     if stored_hash != config_hash(exp):
-        raise LoadgenError(f"--resume {run_id}: the experiment changed since the run started ({_what_changed(stored_config, exp)}); "
+        what = _what_changed(stored_config, exp)
+        raise LoadgenError(f"--resume {run_id}: the experiment changed since the run started ({what}); "
                            "resume with the experiment it started with, or start a new run without --resume")
     old = set(superseded or [])
     steps = con.execute(f"SELECT step_id, status, \"repeat\", target, coalesce(rate, concurrency) "

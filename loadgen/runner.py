@@ -19,14 +19,14 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from loadgen import __version__, analysis, schema
+from loadgen import __version__, analysis, schema, serverdeath
 from loadgen.arrivals import ArrivalSpec
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, TargetConfig
@@ -101,6 +101,8 @@ class RunContext:
     steps_run: int = 0
     sink_name: str = ""               # workers find the sink by this name (one per driver: a resume makes its own)
     resume: ResumeState | None = None  # what an earlier driver of this run left (--resume)
+    dropped: dict[str, str] = field(default_factory=dict)   # target -> why its server is gone for the rest
+    deaths: dict[str, int] = field(default_factory=dict)    # target -> times its server died in this run
 
     @property
     def log_dir(self) -> Path:
@@ -125,6 +127,7 @@ class _Target:
     workers: list
     info: dict
     pinned: list = field(default_factory=list)   # the PromptPool its workers read from: alive while referenced
+    server: Any = None                           # its ServerProcess actor, when loadgen launched it
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -184,11 +187,14 @@ def run_experiment(exp: Experiment, results_dir: str, log=print, resume: ResumeS
                     ctx.steps_run += 1
                     if not _run_step(ctx, step, targets, total):
                         incomplete += 1
+                    for name in ctx.dropped:   # its server is gone: the other targets go on
+                        plan.drop(name)
                     step = plan.next_step(ctx.steps_run, judge)
             finally:
                 _tear_down(targets, servers, ctx.log_dir)
-        status = "complete" if not incomplete else "incomplete"
-        reason = "" if not incomplete else f"{incomplete} steps incomplete (see steps.status_reason)"
+        status = "complete" if not incomplete and not ctx.dropped else "incomplete"
+        reason = "; ".join([f"{incomplete} steps incomplete (see steps.status_reason)"] * bool(incomplete)
+                           + list(ctx.dropped.values()))
     except StepAborted as exc:
         status, reason = "incomplete", f"stopped: {exc}"
         log(f"run {run_id} {reason}")
@@ -241,7 +247,8 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
         # restartable actor with constructor arguments in the object store (a large value, a ray.put ref, a handle).
         workers = [LoadWorker.options(**placement.worker_options(t, i)).remote(
                        f"{t.name}.w{i}", spec, (pool_name, i), sampling, ctx.sink_name, bars) for i in range(n)]
-        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, [pool]))
+        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, [pool],
+                               dict(zip(launches, servers)).get(t.name)))
     placement.verify([(t.config, t.workers) for t in targets], dict(zip(launches, servers)), log)
     preflights = ray.get([t.workers[0].preflight.remote() for t in targets])
     for target, (info, options) in zip(targets, preflights):
@@ -276,10 +283,9 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     """Run one step (each target at its own level), write its rows; False when it did not complete."""
     run_id, sink, log, load = ctx.run_id, ctx.sink, ctx.log, ctx.exp.load
     by_name = {t.config.name: t for t in all_targets}
-    targets = [by_name[name] for name in step.targets]
-    if load.flush_cache:
-        ray.get([t.workers[0].flush_cache.remote() for t in targets])
-    infos = ray.get([t.workers[0].server_info.remote() for t in targets])
+    step, targets, infos = _before_step(ctx, step, [by_name[name] for name in step.targets])
+    if not targets:
+        return True   # every target of the step was dropped before it (their reasons are in ctx.dropped)
     t_before = now_ns()
     for t, info in zip(targets, infos):
         t.info = info
@@ -352,15 +358,19 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
         reasons.append(f"drain timed out after {load.drain_timeout_s:g} s; measured requests were cut")
     if ray.get(sink.incarnation.remote()) != sink_incarnation:
         reasons.append("the results sink restarted during the step; rows it held in memory were lost")
-    after = [_server_info_after(t, reasons) for t in targets] if not interrupted else [t.info for t in targets]
+    checks = [serverdeath.check_server(t, load) if not interrupted else (t.info, None) for t in targets]
     status = "complete" if not reasons else "incomplete"
     reason = "; ".join(reasons)
     rows = []
-    for t, level, info, t_window_end in zip(targets, step.loads, after, ends):
-        _write_server_info_samples(sink, run_id, step.step_id, t, info, t_end, "after")
-        rows.append(_step_row(ctx, step, level, t, (t_start, t_ms, t_window_end, t_end), status, reason))
+    for t, level, (info, death), t_window_end in zip(targets, step.loads, checks, ends):
+        _write_server_info_samples(sink, run_id, step.step_id, t, info or t.info, t_end, "after")
+        own = (death.describe,) if death else ()   # the target's server died: its level failed (an SLO fail)
+        rows.append(_step_row(ctx, step, level, t, (t_start, t_ms, t_window_end, t_end),
+                              "failed" if death else status, "; ".join((*reasons, *own))))
     sink.write.remote({"steps": schema.batch_from_rows("steps", rows)})
     ray.get(sink.flush.remote())
+    timeouts = any(c.get("timeout") for c in counts)
+    deaths = _after_server_deaths(ctx, step.step_id, targets, [d for _, d in checks], t_end, timeouts)
     total: dict[str, int] = {"lost": sum(lost)} if any(lost) else {}
     for c in counts:
         for k, v in c.items():
@@ -373,22 +383,68 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
         raise interrupted
     if drain.budget or ((drain.dead or unavailable) and load.on_worker_death == "stop"):
         raise StepAborted(f"step {step.step_id}: {reason}")
+    if deaths and load.on_server_death == "stop":
+        raise StepAborted(f"step {step.step_id}: " + "; ".join(d.describe for d in deaths))
     return status == "complete"
 
 
-def _server_info_after(t: _Target, reasons: list[str]) -> dict:
-    """The target's server info from the first worker that answers (one may have died in the step). A server
-    that no longer answers (it died in the step) makes the step incomplete; the step's rows are still written,
-    and the next step's control calls stop the run with the error."""
-    for worker in t.workers:
+def _before_step(ctx: RunContext, step: PlannedStep, targets: list[_Target]
+                 ) -> tuple[PlannedStep, list[_Target], list[dict]]:
+    """Flush and snapshot every target before the step. A server that stopped answering since the last step is
+    brought back (on_server_death = "restart") or dropped, and the step runs without it; "stop" ends the run."""
+    def snapshot(t: _Target) -> dict:
+        if ctx.exp.load.flush_cache:
+            ray.get(t.workers[0].flush_cache.remote())
+        return ray.get(t.workers[0].server_info.remote())
+
+    kept, infos = [], []
+    for t in targets:
+        name = t.config.name
         try:
-            return ray.get(worker.server_info.remote())
-        except ray.exceptions.RayActorError:
+            infos.append(snapshot(t))
+            kept.append(t)
             continue
         except TargetError as exc:
-            reasons.append(f"server {t.config.name} unreachable after the step: {exc}")
-            break
-    return t.info
+            if ctx.exp.load.on_server_death == "stop":
+                raise
+            ctx.log(f"  server {name} does not answer before step {step.step_id} ({exc})")
+        ctx.deaths[name] = ctx.deaths.get(name, 0) + 1
+        why = serverdeath.recover(t, ctx.exp.load, ctx.deaths[name], ctx.log)
+        if why is None:
+            try:
+                infos.append(snapshot(t))
+                kept.append(t)
+                continue
+            except TargetError as exc:
+                why = f"server {name} does not answer after it was brought back ({exc}): dropped from the run"
+        ctx.dropped[name] = why
+        ctx.log(f"  {why}")
+    names = {t.config.name for t in kept}
+    return replace(step, loads=tuple(load for load in step.loads if load.target in names)), kept, infos
+
+
+def _after_server_deaths(ctx: RunContext, step_id: int, targets: list[_Target], deaths: list, t_ns: int,
+                         timeouts: bool) -> list:
+    """Record each death in server_samples, note a slow (not hung) server when the step had timeouts, and under
+    on_server_death = "restart" bring the dead ones back (or drop them: ctx.dropped). Returns the deaths."""
+    found = [(t, d) for t, d in zip(targets, deaths) if d is not None]
+    if found:
+        rows = [serverdeath.death_sample(ctx.run_id, step_id, t, d, t_ns) for t, d in found]
+        ctx.sink.write.remote({"server_samples": schema.batch_from_rows("server_samples", rows)})
+    for t, d in zip(targets, deaths):
+        if d is None and timeouts:
+            note = serverdeath.stall_note(ctx.results, ctx.run_id, step_id, t.config.name, ctx.exp.load.stall_timeout_s)
+            if note:
+                ctx.log(f"  {note}")
+    for t, d in found:
+        ctx.log(f"  {d.describe}")
+        ctx.deaths[t.config.name] = ctx.deaths.get(t.config.name, 0) + 1
+        if ctx.exp.load.on_server_death == "restart":
+            why = serverdeath.recover(t, ctx.exp.load, ctx.deaths[t.config.name], ctx.log)
+            if why:
+                ctx.dropped[t.config.name] = why
+                ctx.log(f"  {why}")
+    return [d for _, d in found]
 
 
 def _close_windows(groups: list[list], names: list[str], t_min_end: int, measure_s: float, max_measure_s: float,

@@ -78,6 +78,7 @@ class ServerProcess:
             self.log_path = Path(tempfile.mkdtemp(prefix="loadgen-server-")) / f"{name}.log"
         self.proc: subprocess.Popen | None = None
         self.pump: threading.Thread | None = None
+        self.launch: tuple | None = None   # start_server's arguments, port resolved: a restart reuses them
 
     def start_emulator(self, args: list[str], timeout_s: float = 60.0) -> str:
         return self.start_server("loadgen.emulator", args, "127.0.0.1", 0, timeout_s)
@@ -87,6 +88,7 @@ class ServerProcess:
         port 0 picks a free one. Returns the URL once /health answers 200. Secret flags (`--api-key env:NAME`,
         loadgen.secrets) are read here, on the server's node, and handed over off the command line."""
         port = port or free_port(host)
+        self.launch = (module, list(args), host, port, timeout_s)
         args, refs = secrets.split_args(args)
         values = {flag: secrets.resolve(flag, ref) for flag, ref in refs.items()}
         env, config = None, None
@@ -139,6 +141,20 @@ class ServerProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def restart(self) -> str:
+        """Start the server again with the same profile, on the same port (the workers keep its URL): after it
+        died or hung (runner: on_server_death = "restart"). A hung process is killed first (stop)."""
+        assert self.launch is not None, "restart before start"
+        module, args, host, port, timeout_s = self.launch
+        self.stop()
+        with open(self.log_path, "ab") as log:
+            log.write(b"[loadgen] restarting the server with the same profile\n")
+        return self.start_server(module, args, host, port, timeout_s)
+
+    def exit_code(self) -> int | None:
+        """The server's exit code once it has exited (negative: the signal that killed it), else None."""
+        return self.proc.poll() if self.proc is not None else None
 
     def pid(self) -> int | None:
         return self.proc.pid if self.proc and self.proc.poll() is None else None

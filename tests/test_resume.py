@@ -83,18 +83,21 @@ def _tables(results: Path, run_id: str) -> dict:
     [(orphan_frames,)] = con.sql("SELECT count(*) FROM frames WHERE request_id NOT IN "
                                  "(SELECT request_id FROM requests)").fetchall()
     [(status, n_runs)] = con.sql("SELECT status, (SELECT count(*) FROM runs) FROM runs").fetchall()
-    return {"step_ids": {sid for *_, sid in steps}, "steps": Counter((t, c, r) for t, c, r, _, _ in steps), "statuses": {s for *_, s, _ in steps},
+    return {"step_ids": {sid for *_, sid in steps}, "steps": Counter((t, c, r) for t, c, r, _, _ in steps),
+            "statuses": {s for *_, s, _ in steps},
             "per_step": {(t, c, r): (n, d, ok) for t, c, r, n, d, ok in per_step},
             "requests": (requests, distinct, orphans), "orphan_frames": orphan_frames, "run": (status, n_runs)}
 
 
 def _finished_steps(results: Path, run_id: str) -> set[int]:
-    return {sid for (sid,) in duckdb.sql(f"SELECT step_id FROM read_parquet('{results}/steps/run_id={run_id}/*.parquet') "
-                                         "WHERE status = 'complete'").fetchall()}
+    glob = f"{results}/steps/run_id={run_id}/*.parquet"
+    sql = f"SELECT step_id FROM read_parquet('{glob}') WHERE status = 'complete'"
+    return {sid for (sid,) in duckdb.sql(sql).fetchall()}
 
 
 def _raw_requests(results: Path, run_id: str) -> int:
-    return duckdb.sql(f"SELECT count(*) FROM read_parquet('{results}/requests/run_id={run_id}/*.parquet')").fetchall()[0][0]
+    glob = f"{results}/requests/run_id={run_id}/*.parquet"
+    return duckdb.sql(f"SELECT count(*) FROM read_parquet('{glob}')").fetchall()[0][0]
 
 
 @pytest.mark.parametrize("sig,seed", [(signal.SIGKILL, 0), (signal.SIGKILL, 1), (signal.SIGKILL, 2),
@@ -145,7 +148,8 @@ def test_sigkill_and_resume_equals_uninterrupted(sig, seed, ray_local, emulator_
     # the files keep the interrupted step's rows; the views leave them out
     assert _raw_requests(results, run_id) > got["requests"][0] if sig == signal.SIGTERM else (
         _raw_requests(results, run_id) >= got["requests"][0])
-    print(f"{signal.Signals(sig).name} seed {seed}: at {first_kill:.2f} s, kills {kills}, kept {len(finished)} steps, raw requests {_raw_requests(results, run_id)}, "
+    print(f"{signal.Signals(sig).name} seed {seed}: at {first_kill:.2f} s, kills {kills}, kept {len(finished)} steps, "
+          f"raw requests {_raw_requests(results, run_id)}, "
           f"counted {got['requests'][0]}, first resumed step after {recovery} s")
 
 

@@ -1,58 +1,159 @@
-"""A server process that dies mid-step: every request keeps exactly one row, none of the cut ones is `ok`, the
-step is written as incomplete, and the run stops with the server named."""
+"""Servers that crash at the limit, on a real Ray with real emulator processes: a launched server killed with
+SIGKILL mid-step, or hung (SIGSTOP: the kernel still accepts its connections, it sends nothing), is recorded
+(the step's row for it says failed with the cause and the log tail, a server_death sample), its level is a clear
+SLO fail in level_slo, and it is restarted with the same profile for the next step; a url server that stops
+answering (connections refused) is retried for server_retry_s, then dropped while the other target goes on."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
-import duckdb
 import pytest
 
+from faultkit import rows
 from loadgen.config import parse_experiment
 from loadgen.emulator.launch import EmulatorProcess
-from loadgen.errors import LoadgenError
 from loadgen.runner import run_experiment
 
-MTP = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-       "--speculative-num-draft-tokens", "4"]
+SLOW = {"model-path": "m", "speculative-algorithm": "NEXTN", "time-scale": "1"}
+SLO = {"ttft_ms": 5000, "tpot_ms": 1000}
 
 
-def _kill_when_busy(emu: EmulatorProcess) -> None:
-    """SIGKILL the server 1 s after its first requests arrived (they take ~3 s: both are still in flight)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"{emu.url}/emulator/requests", timeout=2) as resp:
-            if json.load(resp)["requests"]:
-                break
-        time.sleep(0.05)
-    time.sleep(1.0)
-    emu.proc.kill()
+def _busy(url: str) -> bool:
+    """The emulator has received requests (False while it is still starting)."""
+    try:
+        with urllib.request.urlopen(f"{url}/emulator/requests", timeout=5) as resp:
+            return bool(json.load(resp)["requests"])
+    except OSError:
+        return False
 
 
-def test_server_killed_mid_step(ray_local, tmp_path):
-    with EmulatorProcess(MTP) as emu:
+def _hit_launched(results: Path, sig: int, out: dict) -> threading.Thread:
+    """Send `sig` to the launched emulator (found by the pid in its log) 1 s after its first request arrived."""
+    def go() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for log in results.glob("logs/run_id=*/emu.log"):
+                text = log.read_text(errors="replace")
+                pid, port = re.search(r"\[loadgen\] pid (\d+)", text), re.search(r"--port (\d+)", text)
+                if pid and port and _busy(f"http://127.0.0.1:{port.group(1)}"):
+                    time.sleep(1.0)
+                    os.kill(int(pid.group(1)), sig)
+                    out["pid"], out["at"] = int(pid.group(1)), time.monotonic()
+                    return
+            time.sleep(0.1)
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread
+
+
+def _launched(tmp_path: Path, **load):
+    return parse_experiment({
+        "run": {"name": "death"}, "slo": SLO,
+        "load": {"concurrency": [4, 2], "requests": 8, "stall_timeout_s": 2.0, **load},
+        "prompts": {"max_new_tokens": 64, "ignore_eos": True, "seed": 1},
+        "targets": [{"name": "emu", "emulator": SLOW}]}, Path("."))
+
+
+@pytest.mark.parametrize("sig,cause", [(signal.SIGKILL, "killed by signal 9"), (signal.SIGSTOP, "hung")],
+                         ids=["kill9", "hang"])
+@pytest.mark.timeout(300)
+def test_launched_server_dies_mid_step_and_is_restarted(sig, cause, ray_local, tmp_path):
+    hit: dict = {}
+    lines: list[str] = []
+    killer = _hit_launched(tmp_path, sig, hit)
+    result = run_experiment(_launched(tmp_path), str(tmp_path), log=lines.append)
+    killer.join()
+    assert hit, lines
+    steps = {s["step_id"]: s for s in rows(result, "SELECT * FROM steps")}
+    assert steps[0]["status"] == "failed" and cause in steps[0]["status_reason"], steps[0]
+    assert "SLO fail" in steps[0]["status_reason"]
+    if sig == signal.SIGKILL:
+        assert "log tail: " in steps[0]["status_reason"] and "listening on" in steps[0]["status_reason"]
+    else:   # its requests were cut by the stall timeout, not failed for another reason
+        cut = rows(result, "SELECT * FROM requests WHERE step_id = 0 AND status = 'timeout'")
+        assert cut and all("stall timeout" in r["error"] for r in cut)
+    [death] = rows(result, "SELECT * FROM server_samples WHERE name = 'server_death'")
+    assert death["step_id"] == 0 and json.loads(death["labels"])["cause"] == ("exited" if sig == signal.SIGKILL
+                                                                            else "hung")
+    # restarted with the same profile: the next level ran in full on a new process
+    assert steps[1]["status"] == "complete"
+    step1 = rows(result, "SELECT status FROM requests WHERE step_id = 1")
+    assert len(step1) == 8 and {r["status"] for r in step1} == {"ok"}
+    log = next(tmp_path.glob("logs/run_id=*/emu.log")).read_text()
+    pids = [int(p) for p in re.findall(r"\[loadgen\] pid (\d+)", log)]
+    assert len(pids) == 2 and pids[0] == hit["pid"] and "restarting the server with the same profile" in log
+    # the level is a clear SLO fail for the search and the capacity queries; the other level passes
+    verdicts = {r["level"]: (r["verdict"], r["clear"]) for r in rows(result, "SELECT * FROM level_slo")}
+    assert verdicts[4.0] == ("fail", True) and verdicts[2.0][0] == "pass"
+    assert result.status == "complete"
+    assert any("restarted after" in line for line in lines), lines
+
+
+@pytest.mark.timeout(300)
+def test_url_server_refusing_is_dropped_and_the_other_goes_on(ray_local, tmp_path):
+    flags = ["--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", "1"]
+    with EmulatorProcess(flags) as doomed, EmulatorProcess(flags) as good:
         exp = parse_experiment({
-            "load": {"concurrency": [2, 4], "requests": 10, "stall_timeout_s": 5.0},
-            "prompts": {"max_new_tokens": 64, "ignore_eos": True},
-            "targets": [{"name": "doomed", "url": emu.url}]}, Path("."))
-        killer = threading.Thread(target=_kill_when_busy, args=(emu,), daemon=True)
+            "run": {"name": "drop"}, "slo": SLO,
+            "load": {"concurrency": [2, 1, 3], "requests": 6, "stall_timeout_s": 2.0, "server_retry_s": 3.0},
+            "prompts": {"max_new_tokens": 64, "ignore_eos": True, "seed": 1},
+            "targets": [{"name": "doomed", "url": doomed.url}, {"name": "good", "url": good.url}]}, Path("."))
+
+        def kill() -> None:
+            while not _busy(doomed.url):
+                time.sleep(0.05)
+            time.sleep(1.0)
+            doomed.proc.kill()
+        killer = threading.Thread(target=kill, daemon=True)
         killer.start()
-        with pytest.raises(LoadgenError, match="doomed|127.0.0.1"):
-            run_experiment(exp, str(tmp_path), log=lambda *a: None)
+        lines: list[str] = []
+        started = time.monotonic()
+        result = run_experiment(exp, str(tmp_path), log=lines.append)
         killer.join()
-    glob = f"{tmp_path}/%s/*/*.parquet"
-    rows = duckdb.sql(f"SELECT request_id, status, error FROM read_parquet('{glob % 'requests'}')").fetchall()
-    assert len(rows) == 10 and len({r[0] for r in rows}) == 10     # the whole quota of step 0, once each
-    statuses = [r[1] for r in rows]
-    assert statuses.count("stream_broken") >= 1                    # in flight when the process died
-    assert "client_error" in statuses and all(s in ("ok", "stream_broken", "client_error") for s in statuses)
-    assert all("connect" in r[2] for r in rows if r[1] == "client_error")
-    steps = duckdb.sql(f"SELECT step_id, status, status_reason FROM read_parquet('{glob % 'steps'}')").fetchall()
-    assert [(s[0], s[1]) for s in steps] == [(0, "incomplete")] and "unreachable" in steps[0][2]
-    run = duckdb.sql(f"SELECT status FROM read_parquet('{glob % 'runs'}') ORDER BY finished_at_ns DESC NULLS LAST "
-                     "LIMIT 1").fetchall()
-    assert run == [("failed",)]
+        elapsed = time.monotonic() - started
+    steps = rows(result, "SELECT step_id, target, status, status_reason FROM steps ORDER BY step_id, target")
+    by = {(s["step_id"], s["target"]): s for s in steps}
+    assert by[(0, "doomed")]["status"] == "failed" and "stopped answering" in by[(0, "doomed")]["status_reason"]
+    assert [s["step_id"] for s in steps if s["target"] == "doomed"] == [0]          # dropped after step 0
+    assert [(s["step_id"], s["status"]) for s in steps if s["target"] == "good"] == [
+        (0, "complete"), (1, "complete"), (2, "complete")]                          # the other went on
+    good_rows = rows(result, "SELECT step_id, status FROM requests WHERE target = 'good'")
+    assert len(good_rows) == 18 and {r["status"] for r in good_rows} == {"ok"}
+    assert result.status == "incomplete" and "doomed" in result.reason and "dropped" in result.reason
+    assert any("dropped from the rest of the run" in line for line in lines)
+    verdicts = {(r["target"], r["level"]): r["verdict"] for r in rows(result, "SELECT * FROM level_slo")}
+    assert verdicts[("doomed", 2.0)] == "fail" and ("doomed", 1.0) not in verdicts
+    assert elapsed < 120
+
+
+@pytest.mark.timeout(300)
+def test_url_server_gone_between_steps_is_dropped_before_the_next(ray_local, tmp_path):
+    flags = ["--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", "50"]
+    with EmulatorProcess(flags) as doomed, EmulatorProcess(flags) as good:
+        exp = parse_experiment({
+            "run": {"name": "gone"},
+            "load": {"concurrency": [1, 2], "requests": 4, "server_retry_s": 2.0},
+            "prompts": {"max_new_tokens": 16, "seed": 1},
+            "targets": [{"name": "doomed", "url": doomed.url}, {"name": "good", "url": good.url}]}, Path("."))
+        lines: list[str] = []
+
+        def log(line: str) -> None:   # the driver's own log: the first step is written, the next not started
+            lines.append(line)
+            if line.startswith("[step 1/") and " done in " in line:
+                doomed.proc.kill()
+                doomed.proc.wait()
+        result = run_experiment(exp, str(tmp_path), log=log)
+    steps = rows(result, "SELECT step_id, target, status FROM steps ORDER BY step_id, target")
+    assert [(s["step_id"], s["target"], s["status"]) for s in steps] == [
+        (0, "doomed", "complete"), (0, "good", "complete"), (1, "good", "complete")]
+    assert len(rows(result, "SELECT * FROM requests WHERE step_id = 1")) == 4
+    assert result.status == "incomplete" and "doomed" in result.reason and "server_retry_s" in result.reason
+    assert any("does not answer before step 1" in line for line in lines), lines

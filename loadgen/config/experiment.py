@@ -37,6 +37,8 @@ class LoadConfig:
     max_measure_s: float = 0.0       # ... but no longer than this (0: measure_s x 5)
     error_budget: float | None = None  # failed requests a step may have: a count (>= 1) or a share (< 1)
     on_worker_death: str = "continue"  # continue | stop: what a run does after a load worker died
+    on_server_death: str = "restart"   # restart | stop: after a server died or hung (README: Servers that crash)
+    server_retry_s: float = 60.0       # how long a url target that stopped answering is retried before it is dropped
     realtime_priority: bool = True   # workers read at SCHED_FIFO (see worker._raise_priority)
     search: SearchConfig | None = None  # search = "capacity": levels chosen from finished steps' SLO verdicts
     stop_after_slo_failures: int | None = None  # grids: drop a target after this many failed levels in a row
@@ -142,6 +144,8 @@ def _parse_load(t: StrictTable) -> LoadConfig:
         stall_timeout_s=t.positive("stall_timeout_s", 60.0), request_timeout_s=t.positive("request_timeout_s", 900.0),
         workers_per_target=workers, schedule=schedule, flush_cache=t.get("flush_cache", bool, True),
         error_budget=_error_budget(t), on_worker_death=_choice(t, "on_worker_death", ("continue", "stop")),
+        on_server_death=_choice(t, "on_server_death", ("restart", "stop")),
+        server_retry_s=t.positive("server_retry_s", 60.0),
         min_measured=t.get("min_measured_requests", int, None), max_measure_s=t.positive("max_measure_s", 0.0, True),
         realtime_priority=t.get("realtime_priority", bool, True), search=search,
         stop_after_slo_failures=t.get("stop_after_slo_failures", int, None))
