@@ -364,9 +364,11 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     rows = []
     for t, level, (info, death), t_window_end in zip(targets, step.loads, checks, ends):
         _write_server_info_samples(sink, run_id, step.step_id, t, info or t.info, t_end, "after")
+        mine = _reasons_for(reasons, t.config.name)
         own = (death.describe,) if death else ()   # the target's server died: its level failed (an SLO fail)
-        rows.append(_step_row(ctx, step, level, t, (t_start, t_ms, t_window_end, t_end),
-                              "failed" if death else status, "; ".join((*reasons, *own))))
+        row_status = "failed" if death else "incomplete" if mine else "complete"
+        rows.append(_step_row(ctx, step, level, t, (t_start, t_ms, t_window_end, t_end), row_status,
+                              "; ".join((*mine, *own))))
     sink.write.remote({"steps": schema.batch_from_rows("steps", rows)})
     ray.get(sink.flush.remote())
     timeouts = any(c.get("timeout") for c in counts)
@@ -386,6 +388,12 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     if deaths and load.on_server_death == "stop":
         raise StepAborted(f"step {step.step_id}: " + "; ".join(d.describe for d in deaths))
     return status == "complete"
+
+
+def _reasons_for(reasons: list[str], target: str) -> list[str]:
+    """The reasons that concern one target's row: a dead or unavailable worker (`worker <target>.w<i> ...`)
+    concerns its own target only (the others' streams ran in full); every other reason concerns all."""
+    return [r for r in reasons if not r.startswith("worker ") or r.split()[1].rsplit(".w", 1)[0] in (target, "?")]
 
 
 def _before_step(ctx: RunContext, step: PlannedStep, targets: list[_Target]

@@ -34,7 +34,7 @@ LOG_TAIL_LINES = 12
 @dataclass(frozen=True)
 class Death:
     target: str
-    cause: str                # exited | hung | unreachable
+    cause: str                # exited | hung | unreachable | lost (the server's actor is gone)
     exit_code: int | None
     describe: str             # one line for steps.status_reason
     log_tail: str
@@ -50,7 +50,8 @@ def check_server(target: Any, load) -> tuple[dict | None, Death | None]:
             code = ray.get(target.server.exit_code.remote(), timeout=30)
             tail = ray.get(target.server.log_tail.remote(LOG_TAIL_LINES), timeout=30) if code is not None else ""
         except (ray.exceptions.RayError, TimeoutError):
-            code, tail = -1, "(the server's actor is gone: its node may have been removed)"
+            return None, Death(name, "lost", None, f"server {name} is lost: its Ray actor is gone (its node may have "
+                               "been removed); its level counts as an SLO fail", "")
         if code is not None:
             why = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             return None, Death(name, "exited", code, f"server {name} died during the step ({why}); its level counts "
