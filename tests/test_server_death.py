@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from faultkit import rows
+from loadgen.analysis import level_verdicts
 from loadgen.config import parse_experiment
 from loadgen.emulator.launch import EmulatorProcess
 from loadgen.runner import run_experiment
+from loadgen.search import Verdict
 
 SLOW = {"model-path": "m", "speculative-algorithm": "NEXTN", "time-scale": "1"}
 SLO = {"ttft_ms": 5000, "tpot_ms": 1000}
@@ -93,6 +95,8 @@ def test_launched_server_dies_mid_step_and_is_restarted(sig, cause, ray_local, t
     # the level is a clear SLO fail for the search and the capacity queries; the other level passes
     verdicts = {r["level"]: (r["verdict"], r["clear"]) for r in rows(result, "SELECT * FROM level_slo")}
     assert verdicts[4.0] == ("fail", True) and verdicts[2.0][0] == "pass"
+    # what a capacity search's plan reads (runner: ctx.judge): the level where the server died failed, clearly
+    assert level_verdicts(result.results_dir, result.run_id, ["emu"])["emu"][4.0] == Verdict(False, True, 1)
     assert result.status == "complete"
     assert any("restarted after" in line for line in lines), lines
 
