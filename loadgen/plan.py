@@ -134,7 +134,7 @@ class SearchPlan:
     """Each target searched on its own verdicts; together, a step drives every target still searching, each at
     its own next level; one at a time, a target's search runs to its end before the next starts."""
 
-    total = None
+    total: int | None = None   # a search's length is known only at its end
 
     def __init__(self, exp: Experiment, targets: tuple[TargetConfig, ...]) -> None:
         assert exp.load.search is not None and exp.slo is not None

@@ -66,6 +66,12 @@ class Stopped(KeyboardInterrupt):
 _stop_signal: str | None = None   # why the running experiment was stopped, if a signal did it
 
 
+def _actor(cls: type) -> Any:
+    """An @ray.remote class as Ray made it (an ActorClass with .options and .remote). mypy applies no class
+    decorator and sees the plain class, so the actors are created through this: their handles are Any."""
+    return cls
+
+
 class StepAborted(Exception):
     """A step broke a stop rule (error budget, a dead worker under on_worker_death = "stop"): the run ends
     after the step's rows are written; the message says why."""
@@ -153,7 +159,7 @@ def run_experiment(exp: Experiment, results_dir: str, log=print, resume: ResumeS
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     # the sink runs on the driver's node: results are written where the job was started
     sink_name = f"loadgen-sink-{run_id}-{uuid.uuid4().hex[:6]}"
-    sink = ResultsSink.options(name=sink_name, scheduling_strategy=here).remote(str(results), run_id)
+    sink = _actor(ResultsSink).options(name=sink_name, scheduling_strategy=here).remote(str(results), run_id)
     ctx = RunContext(exp, run_id, results, sink, log, resume.next_step_id if resume else 0, sink_name, resume)
     started = resume.started_at_ns if resume else now_ns()
     _write_run(ctx, started, None, "running", "")
@@ -219,7 +225,7 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
     launches = {}
     for t in stage_targets:
         if t.url is None:
-            server = ServerProcess.options(**placement.server_options(t)).remote(t.name, str(log_dir))
+            server = _actor(ServerProcess).options(**placement.server_options(t)).remote(t.name, str(log_dir))
             servers.append(server)
             launches[t.name] = placement.launch(server, t)
         else:
@@ -236,7 +242,7 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
     prompts = PromptMix(exp.prompts).take(PROMPT_POOL)
     n = exp.load.workers_per_target
     pool_name = f"loadgen-prompts-{ctx.run_id}-{uuid.uuid4().hex[:6]}"   # one per stage
-    pool = PromptPool.options(name=pool_name).remote([prompts[i::n] for i in range(n)])
+    pool = _actor(PromptPool).options(name=pool_name).remote([prompts[i::n] for i in range(n)])
     sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature)
     bars = sys.stdout.isatty()   # live progress bars on a terminal; in a log (`ray job logs`, a file) lines
     targets = []
@@ -245,7 +251,7 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
                           t.continuous_usage, t.spec_details)
         # The prompts (a PromptPool) and the sink go by name: a worker can restart, and Ray logs an error for a
         # restartable actor with constructor arguments in the object store (a large value, a ray.put ref, a handle).
-        workers = [LoadWorker.options(**placement.worker_options(t, i)).remote(
+        workers = [_actor(LoadWorker).options(**placement.worker_options(t, i)).remote(
                        f"{t.name}.w{i}", spec, (pool_name, i), sampling, ctx.sink_name, bars) for i in range(n)]
         targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, [pool],
                                dict(zip(launches, servers)).get(t.name)))
@@ -301,7 +307,8 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     sink_incarnation = ray.get(sink.incarnation.remote())
     for group, t, level in zip(by_target, targets, step.loads):
         shares = split_concurrency(level.concurrency, len(t.workers))
-        quotas = split_concurrency(load.requests, len(t.workers)) if counted else [None] * len(shares)
+        quotas = (split_concurrency(load.requests, len(t.workers)) if load.requests is not None   # counted
+                  else [None] * len(shares))
         for i, (worker, share, quota) in enumerate(zip(t.workers, shares, quotas)):
             if share and quota != 0:
                 open_loop = load.open_loop
@@ -329,7 +336,7 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     interrupted: BaseException | None = None
     ends = [t_me] * len(targets)    # each target's window end
     try:
-        if counted:
+        if load.requests is not None:   # counted
             # each request is bounded by its own timeouts, so the step is too: no step deadline cuts it early
             bound_s = load.requests * (load.request_timeout_s + 1) + 10
             drain = _wait_for_drain(active, t_start, now_ns() + int(bound_s * 1e9), load, counted=True)
@@ -361,18 +368,19 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     checks = [serverdeath.check_server(t, load) if not interrupted else (t.info, None) for t in targets]
     status = "complete" if not reasons else "incomplete"
     reason = "; ".join(reasons)
+    notes = _stall_notes(ctx, step.step_id, targets, [d for _, d in checks], counts)
     rows = []
-    for t, level, (info, death), t_window_end in zip(targets, step.loads, checks, ends):
-        _write_server_info_samples(sink, run_id, step.step_id, t, info or t.info, t_end, "after")
+    for t, level, (info_after, death), t_window_end in zip(targets, step.loads, checks, ends):
+        _write_server_info_samples(sink, run_id, step.step_id, t, info_after or t.info, t_end, "after")
         mine = _reasons_for(reasons, t.config.name)
         own = (death.describe,) if death else ()   # the target's server died: its level failed (an SLO fail)
         row_status = "failed" if death else "incomplete" if mine else "complete"
+        note = notes.get(t.config.name)   # slow, not hung: said, but not a reason the step is incomplete
         rows.append(_step_row(ctx, step, level, t, (t_start, t_ms, t_window_end, t_end), row_status,
-                              "; ".join((*mine, *own))))
+                              "; ".join((*mine, *own, *([note] if note else [])))))
     sink.write.remote({"steps": schema.batch_from_rows("steps", rows)})
     ray.get(sink.flush.remote())
-    timeouts = any(c.get("timeout") for c in counts)
-    deaths = _after_server_deaths(ctx, step.step_id, targets, [d for _, d in checks], t_end, timeouts)
+    deaths = _after_server_deaths(ctx, step.step_id, targets, [d for _, d in checks], t_end)
     total: dict[str, int] = {"lost": sum(lost)} if any(lost) else {}
     for c in counts:
         for k, v in c.items():
@@ -431,19 +439,30 @@ def _before_step(ctx: RunContext, step: PlannedStep, targets: list[_Target]
     return replace(step, loads=tuple(load for load in step.loads if load.target in names)), kept, infos
 
 
-def _after_server_deaths(ctx: RunContext, step_id: int, targets: list[_Target], deaths: list, t_ns: int,
-                         timeouts: bool) -> list:
-    """Record each death in server_samples, note a slow (not hung) server when the step had timeouts, and under
-    on_server_death = "restart" bring the dead ones back (or drop them: ctx.dropped). Returns the deaths."""
+def _stall_notes(ctx: RunContext, step_id: int, targets: list[_Target], deaths: list, counts: list[dict]
+                 ) -> dict[str, str]:
+    """Target -> `server X is slow, not hung: ...` for a server that answers after a step in which the stall
+    timeout cut some of its requests (read back after a flush; only when the step had timeouts)."""
+    if not any(c.get("timeout") for c in counts):
+        return {}
+    ray.get(ctx.sink.flush.remote())
+    notes = {}
+    for t, d in zip(targets, deaths):
+        note = None if d else serverdeath.stall_note(ctx.results, ctx.run_id, step_id, t.config.name,
+                                                     ctx.exp.load.stall_timeout_s)
+        if note:
+            notes[t.config.name] = note
+            ctx.log(f"  {note}")
+    return notes
+
+
+def _after_server_deaths(ctx: RunContext, step_id: int, targets: list[_Target], deaths: list, t_ns: int) -> list:
+    """Record each death in server_samples, and under on_server_death = "restart" bring the dead ones back (or
+    drop them: ctx.dropped). Returns the deaths."""
     found = [(t, d) for t, d in zip(targets, deaths) if d is not None]
     if found:
         rows = [serverdeath.death_sample(ctx.run_id, step_id, t, d, t_ns) for t, d in found]
         ctx.sink.write.remote({"server_samples": schema.batch_from_rows("server_samples", rows)})
-    for t, d in zip(targets, deaths):
-        if d is None and timeouts:
-            note = serverdeath.stall_note(ctx.results, ctx.run_id, step_id, t.config.name, ctx.exp.load.stall_timeout_s)
-            if note:
-                ctx.log(f"  {note}")
     for t, d in found:
         ctx.log(f"  {d.describe}")
         ctx.deaths[t.config.name] = ctx.deaths.get(t.config.name, 0) + 1
@@ -476,8 +495,8 @@ def _close_windows(groups: list[list], names: list[str], t_min_end: int, measure
                 for w in workers:
                     w.close_window.remote(t)
                 if t > t_min_end + POLL_S * 2e9:
-                    log(f"  {names[g]}: window extended to {(t - t_ms) / 1e9:.1f} s to hold {needs[g]} measured requests"
-                        + (" (max_measure_s reached)" if t >= t_max_end else ""))
+                    log(f"  {names[g]}: window extended to {(t - t_ms) / 1e9:.1f} s to hold {needs[g]} measured "
+                        "requests" + (" (max_measure_s reached)" if t >= t_max_end else ""))
         if None in ends:
             time.sleep(POLL_S)
     return ends  # type: ignore[return-value]

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import ray
@@ -51,7 +52,8 @@ def _copy_masked(pipe, log, hide: list[str]) -> None:
                 log.write(secrets.mask(line.decode(errors="replace"), hide).encode())
                 log.flush()
             except (OSError, ValueError):
-                log = _close_quietly(log)
+                _close_quietly(log)
+                log = None
     finally:
         pipe.close()
         _close_quietly(log)
@@ -108,7 +110,7 @@ class ServerProcess:
                 shutil.rmtree(os.path.dirname(config), ignore_errors=True)
 
     def _start(self, command: list[str], url: str, timeout_s: float, env: dict | None = None,
-               secret_values: list[str] = ()) -> str:
+               secret_values: Sequence[str] = ()) -> str:
         self.stop()
         # everything the server prints goes through the mask on its way to the log: SGLang prints its arguments
         hide = [*secret_values, *secrets.env_values(env or os.environ)]
