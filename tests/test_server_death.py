@@ -161,3 +161,23 @@ def test_url_server_gone_between_steps_is_dropped_before_the_next(ray_local, tmp
     assert len(rows(result, "SELECT * FROM requests WHERE step_id = 1")) == 4
     assert result.status == "incomplete" and "doomed" in result.reason and "server_retry_s" in result.reason
     assert any("does not answer before step 1" in line for line in lines), lines
+
+
+@pytest.mark.timeout(300)
+def test_slow_server_is_told_from_a_hung_one(ray_local, tmp_path):
+    """A server that holds every first token for 2.5 s (but answers control calls) under a 1 s stall timeout:
+    its requests are cut by the stall timeout, and the step says the server is slow, not hung (not failed)."""
+    flags = ["--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", "50",
+             "--fault-slow-first-token-ms", "2500", "--fault-rate", "1"]
+    with EmulatorProcess(flags) as slow:
+        exp = parse_experiment({
+            "run": {"name": "slow"},
+            "load": {"concurrency": [2], "requests": 4, "stall_timeout_s": 1.0},
+            "prompts": {"max_new_tokens": 16, "seed": 1},
+            "targets": [{"name": "slow", "url": slow.url}]}, Path("."))
+        result = run_experiment(exp, str(tmp_path), log=lambda *a: None)
+    [step] = rows(result, "SELECT status, status_reason FROM steps")
+    assert step["status"] == "complete" and "server slow is slow, not hung: 4 requests" in step["status_reason"]
+    cut = rows(result, "SELECT status, error FROM requests")
+    assert len(cut) == 4 and all(r["status"] == "timeout" and "stall timeout" in r["error"] for r in cut)
+    assert not rows(result, "SELECT * FROM server_samples WHERE name = 'server_death'")
