@@ -175,3 +175,42 @@ def test_resume_refuses_a_changed_experiment(ray_local, emulator_factory, tmp_pa
         text = _run_to_end(_driver(config, results, "--resume", run_id))
         with pytest.raises(LoadgenError, match="complete, there is nothing to resume"):
             load_resume(results, run_id, exp)
+
+
+@pytest.mark.timeout(600)
+def test_search_resumes_from_its_verdicts(ray_local, emulator_factory, tmp_path):
+    """A capacity search (an emulator whose capacity is exactly 3: --max-running-requests 3 at a TTFT line)
+    killed in its third probe and resumed: it goes on from the verdicts in the results, probing the same levels
+    in the same order and giving the same answer as the uninterrupted search."""
+    flags = ("--model-path", "m", "--max-running-requests", "3", "--time-scale", "10", "--seed", "3")
+    with emulator_factory(*flags) as url:
+        config = tmp_path / "search.toml"
+        config.write_text('[run]\nname = "search"\n[load]\nsearch = "capacity"\nsearch_min = 1\nsearch_max = 16\n'
+                          'warmup_s = 0.5\nmeasure_s = 1.0\ndrain_timeout_s = 30\n[slo]\nttft_ms = 200\n'
+                          'attainment = 0.8\n[prompts]\nseed = 5\nmax_new_tokens = 128\n'
+                          f'[[targets]]\nname = "k3"\nurl = "{url}"\n')
+        base_dir, results = tmp_path / "base", tmp_path / "results"
+        base_id = re.search(r"^run (\S+): ", _run_to_end(_driver(config, base_dir)), re.M).group(1)
+        proc = _driver(config, results)
+        run_id, steps_seen = None, 0
+        for line in proc.stdout:   # kill it 1 s into its third probe
+            run_id = run_id or (m.group(1) if (m := re.match(r"run (\S+): ", line)) else None)
+            steps_seen += line.startswith("[step ") and " done in " not in line
+            if steps_seen == 3:
+                break
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        resumed = _run_to_end(_driver(config, results, "--resume", run_id))
+    assert f"resuming run {run_id}" in resumed
+
+    def probes(folder: Path, rid: str) -> tuple[list, list]:
+        con = analysis.open_results(folder, [rid])
+        levels = [c for (c,) in con.sql("SELECT concurrency FROM steps ORDER BY step_id").fetchall()]
+        capacity = [(r["capacity"], r["first_fail"]) for r in analysis.run_query(con, "capacity").to_pylist()]
+        return levels, capacity
+    base_levels, base_capacity = probes(base_dir, base_id)
+    levels, capacity = probes(results, run_id)
+    assert base_capacity == capacity == [(3, 4)]
+    assert levels == base_levels, (levels, base_levels)
+    assert _raw_requests(results, run_id) >= len(levels)
