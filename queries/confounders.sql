@@ -13,6 +13,7 @@
 -- A series whose steps recorded several values of a setting (a restarted server) shows them joined by ' | '.
 --   baseline_value / value  the setting's value in each series; '(absent)' when that server did not report it
 --   change_pct              100 * (value / baseline_value - 1) when both are numbers (e.g. a smaller KV pool)
+--   emulated                either series ran on loadgen's emulator (its settings are the emulator's)
 -- Series without any server_info (non-SGLang servers) are not compared.
 WITH leaves AS (
     SELECT s.run_id, s.target, s.algorithm, s.draft_tokens,
@@ -53,7 +54,9 @@ WITH leaves AS (
 )
 SELECT run_id, baseline_target, baseline_algorithm, target, algorithm, setting,
        coalesce(baseline_value, '(absent)') AS baseline_value, coalesce(value, '(absent)') AS value,
-       round(pct_change(try_cast(value AS DOUBLE), try_cast(baseline_value AS DOUBLE)), 1) AS change_pct
+       round(pct_change(try_cast(value AS DOUBLE), try_cast(baseline_value AS DOUBLE)), 1) AS change_pct,
+       (SELECT bool_or(s.emulated) FROM steps s WHERE s.run_id = compared.run_id
+           AND s.target IN (compared.baseline_target, compared.target)) AS emulated
 FROM compared
 WHERE baseline_value IS DISTINCT FROM value
 ORDER BY run_id, baseline_target, target, algorithm, setting;
