@@ -41,7 +41,7 @@ def _amount(row: dict) -> str:
     capacity, low, high = row["capacity"], row["capacity_low"], row["capacity_high"]
     if capacity is None:
         return f"below {_unit(row, row['first_fail'])} (every level failed)"
-    if row["first_fail"] is None:
+    if high is None:   # no level failed (a fleet row: on some node)
         return f"at least {_unit(row, capacity)} (no level failed)"
     if low == capacity == high:
         return _unit(row, capacity)

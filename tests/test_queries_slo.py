@@ -8,6 +8,7 @@ from pathlib import Path
 
 from loadgen.analysis import open_results, run_query
 from loadgen.slo import Slo
+from loadgen.slo_answer import capacity_lines
 from sqlfixtures import Results
 
 
@@ -125,6 +126,16 @@ def test_fleet_capacity_at_the_slo_sums_the_nodes(tmp_path):
     fleet = rows[("mtp", "(fleet)")]
     assert (fleet["capacity"], fleet["capacity_low"], fleet["capacity_high"]) == (6, 6, 6)
     assert fleet["note"] == "2 nodes"
+    lines = capacity_lines(open_results(tmp_path))
+    assert lines[0] == ("at TTFT <= 100 ms for 50% of requests: n1.mtp 2 users, n2.mtp 4 users: "
+                        "n2.mtp serves 100% more than n1.mtp")
+    assert lines[-1] == "  fleet mtp: 6 users over 2 nodes"
+
+
+def test_the_answer_in_words_gives_each_capacity_its_interval_and_says_when_it_is_not_clear(tmp_path):
+    lines = capacity_lines(open_results(_search_run(tmp_path)))
+    assert lines[0] == "at TTFT <= 100 ms for 50% of requests: t 5 users (5-6)"
+    assert lines[1].startswith("  t: at 5 users: ") and "unclear at 6 (decided on the point estimate)" in lines[1]
 
 
 def test_pareto_marks_the_frontier_of_user_speed_and_throughput(tmp_path):
