@@ -169,24 +169,29 @@ GROUP BY run_id, step_id, target;
 --             'llama.cpp': one chunk per token, tools/server/server-context.cpp process_token): 1 per frame.
 -- A frame none of these covers stays unknown (NULL): frames_unknown counts them, and tokens is then NULL, not 0.
 CREATE OR REPLACE VIEW window_tokens AS
-WITH per_request AS (
+WITH one_per_event AS (   -- steps of a server known to stream one token per event (llama.cpp), parsed once
+    SELECT run_id, step_id, target, json_extract_string(server_info, '$.server') = 'llama.cpp' AS yes
+    FROM steps
+), uncounted AS (         -- only requests with a frame of unknown tokens: what their other frames said
     SELECT f.run_id, f.request_id, count(*) - count(f.tokens) AS unknown_frames, sum(f.tokens) AS known_tokens
-    FROM frames f GROUP BY f.run_id, f.request_id
-), framed AS (
-    SELECT f.run_id, f.request_id, f.t_ns, r.step_id, r.target, r.status,
-           CASE WHEN f.tokens IS NOT NULL THEN f.tokens::DOUBLE
-                WHEN r.completion_tokens IS NOT NULL
-                    THEN greatest(r.completion_tokens - coalesce(p.known_tokens, 0), 0) / p.unknown_frames
-                WHEN json_extract_string(st.server_info, '$.server') = 'llama.cpp' THEN 1.0
-           END AS tokens,
-           CASE WHEN f.tokens IS NOT NULL THEN 'server'
-                WHEN r.completion_tokens IS NOT NULL THEN 'spread'
-                WHEN json_extract_string(st.server_info, '$.server') = 'llama.cpp' THEN 'per_event'
-           END AS method
+    FROM frames f
+    SEMI JOIN (SELECT DISTINCT run_id, request_id FROM frames WHERE tokens IS NULL) x USING (run_id, request_id)
+    GROUP BY f.run_id, f.request_id
+), framed AS (            -- method: 1 server, 2 spread, 3 per_event, NULL unknown
+    SELECT f.run_id, f.t_ns, r.step_id, r.target, r.status, f.tokens::DOUBLE AS tokens, 1 AS method
+    FROM frames f JOIN requests r USING (run_id, request_id)
+    WHERE f.tokens IS NOT NULL
+    UNION ALL   -- frames the server gave no count for: the few, so the counted ones take the short path above
+    SELECT f.run_id, f.t_ns, r.step_id, r.target, r.status,
+           CASE WHEN r.completion_tokens IS NOT NULL
+                    THEN greatest(r.completion_tokens - coalesce(u.known_tokens, 0), 0) / u.unknown_frames
+                WHEN e.yes THEN 1.0 END,
+           CASE WHEN r.completion_tokens IS NOT NULL THEN 2 WHEN e.yes THEN 3 END
     FROM frames f
     JOIN requests r USING (run_id, request_id)
-    JOIN per_request p USING (run_id, request_id)
-    JOIN steps st ON st.run_id = r.run_id AND st.step_id = r.step_id AND st.target = r.target
+    LEFT JOIN uncounted u USING (run_id, request_id)
+    JOIN one_per_event e ON e.run_id = r.run_id AND e.step_id = r.step_id AND e.target = r.target
+    WHERE f.tokens IS NULL
 )
 SELECT s.run_id, s.step_id, s.target,
        count(*) AS frames,
@@ -194,9 +199,8 @@ SELECT s.run_id, s.step_id, s.target,
        if(count(*) = count(f.tokens), sum(f.tokens), NULL) AS tokens,
        if(count(*) FILTER (f.status = 'ok') = count(f.tokens) FILTER (f.status = 'ok'),
           coalesce(sum(f.tokens) FILTER (f.status = 'ok'), 0), NULL) AS tokens_ok,
-       CASE WHEN count(DISTINCT f.method) = 1 THEN any_value(f.method)
-            WHEN count(DISTINCT f.method) > 1 THEN string_agg(DISTINCT f.method, '+' ORDER BY f.method) END
-           AS token_method
+       nullif(concat_ws('+', if(bool_or(f.method = 3), 'per_event', NULL), if(bool_or(f.method = 1), 'server', NULL),
+                        if(bool_or(f.method = 2), 'spread', NULL)), '') AS token_method
 FROM framed f
 JOIN step_info s ON s.run_id = f.run_id AND s.step_id = f.step_id AND s.target = f.target
 WHERE f.t_ns >= s.t_measure_start_ns AND f.t_ns < s.t_measure_end_ns
