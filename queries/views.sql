@@ -53,22 +53,28 @@ QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY coalesce(written_at_ns, 
 CREATE OR REPLACE VIEW superseded_steps AS
 SELECT run_id, unnest(superseded_steps) AS step_id FROM runs WHERE superseded_steps IS NOT NULL;
 
+-- The same as a list read once, here: NULL when no run was resumed (the usual case), and then the filter
+-- below folds away at planning (an anti join on the 10M-row tables cost up to 2x even when empty).
+SET VARIABLE superseded = (SELECT list({'run_id': run_id, 'step_id': step_id}) FROM superseded_steps);
+CREATE OR REPLACE MACRO kept(run_id, step_id) AS
+    getvariable('superseded') IS NULL
+    OR NOT list_contains(getvariable('superseded'), {'run_id': run_id, 'step_id': step_id});
+
 CREATE OR REPLACE VIEW steps AS
 FROM (FROM results_table('steps', by_name := true) UNION ALL BY NAME SELECT NULL::VARCHAR AS probe WHERE false)
-ANTI JOIN superseded_steps USING (run_id, step_id);
+WHERE kept(run_id, step_id);
 
-CREATE OR REPLACE VIEW requests AS FROM results_table('requests') ANTI JOIN superseded_steps USING (run_id, step_id);
+CREATE OR REPLACE VIEW requests AS FROM results_table('requests') WHERE kept(run_id, step_id);
 
-CREATE OR REPLACE VIEW frames AS FROM results_table('frames') ANTI JOIN superseded_steps USING (run_id, step_id);
+CREATE OR REPLACE VIEW frames AS FROM results_table('frames') WHERE kept(run_id, step_id);
 
-CREATE OR REPLACE VIEW server_samples AS
-FROM results_table('server_samples') ANTI JOIN superseded_steps USING (run_id, step_id);
+CREATE OR REPLACE VIEW server_samples AS FROM results_table('server_samples') WHERE kept(run_id, step_id);
 
 -- Schema 2 added read_delay_max_ms: NULL in rows of older files (and present even when all files are older).
 CREATE OR REPLACE VIEW client_samples AS
 FROM (FROM results_table('client_samples', by_name := true)
       UNION ALL BY NAME SELECT NULL::DOUBLE AS read_delay_max_ms WHERE false)
-ANTI JOIN superseded_steps USING (run_id, step_id);
+WHERE kept(run_id, step_id);
 
 -- One row per step with the columns every result row is labelled with.
 CREATE OR REPLACE VIEW step_info AS
