@@ -152,3 +152,14 @@ def llama_server_bin() -> tuple[str, str]:
     if isinstance(paths, str):
         pytest.skip(paths)
     return paths
+
+
+def fleet_toml(name: str, mark: str, nodes: dict[str, tuple[str, str]], replace: str = "") -> str:
+    """A fleet file of emulated nodes for a cluster started by `ray_head`: node name -> (how Ray finds it, e.g.
+    'resource = "spark1"', and its extra emulator flags, e.g. 'seed = 1, time-scale = 4.0'). `mark` goes into
+    every server's --model-path, so a test finds its own server processes."""
+    text = (f'[fleet]\nname = "{name}"\nlaunch = "emulator"\nhealth_timeout_s = 60\n'
+            f'[fleet.replace]\nmodel-path = "{mark}"\n{replace}')
+    for node, (locator, flags) in nodes.items():
+        text += f'[[fleet.nodes]]\nname = "{node}"\n{locator}\nflags = {{ {flags} }}\n'
+    return text

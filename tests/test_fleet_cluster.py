@@ -17,33 +17,18 @@ import duckdb
 import psutil
 import pytest
 
-from conftest import ray_head, submit_job
+from conftest import fleet_toml, ray_head, submit_job
 from loadgen import analysis
 
 REPO = Path(__file__).parents[1]
 MARK = f"fleet-test-{uuid.uuid4().hex[:8]}"   # in every emulator's --model-path: finds our server processes
 
-FLEET = f"""
-[fleet]
-name = "three-sparks"
-launch = "emulator"
-health_timeout_s = 60
-[fleet.replace]
-model-path = "{MARK}"
-speculative-draft-model-path = "{REPO}/loadgen/emulator/drafts/dflash2"
-[[fleet.nodes]]
-name = "spark1"
-resource = "spark1"
-flags = {{ seed = 1, time-scale = 4.0 }}
-[[fleet.nodes]]
-name = "spark2"
-resource = "spark2"
-flags = {{ seed = 2, time-scale = 4.0 }}
-[[fleet.nodes]]
-name = "spark3"
-labels = {{ loadgen-node = "spark3" }}
-flags = {{ seed = 3, time-scale = 2.0 }}   # half as fast: the node fleet_nodes must flag
-"""
+SPARK3 = 'labels = { loadgen-node = "spark3" }'
+FLEET = fleet_toml("three-sparks", MARK, {
+    "spark1": ('resource = "spark1"', "seed = 1, time-scale = 4.0"),
+    "spark2": ('resource = "spark2"', "seed = 2, time-scale = 4.0"),
+    "spark3": (SPARK3, "seed = 3, time-scale = 2.0")},   # half as fast: the node fleet_nodes must flag
+    f'speculative-draft-model-path = "{REPO}/loadgen/emulator/drafts/dflash2"\n')
 
 EXPERIMENT = """
 [run]
@@ -267,26 +252,10 @@ def test_ray_job_stop_while_servers_start_is_a_stopped_run_not_a_failed_one(clus
     assert "SystemError" not in log
 
 
-CAPACITY_FLEET = f"""
-[fleet]
-name = "three-sparks-capacity"
-launch = "emulator"
-health_timeout_s = 60
-[fleet.replace]
-model-path = "{MARK}"
-[[fleet.nodes]]
-name = "spark1"
-resource = "spark1"
-flags = {{ seed = 1, time-scale = 10.0, max-running-requests = 2 }}
-[[fleet.nodes]]
-name = "spark2"
-resource = "spark2"
-flags = {{ seed = 2, time-scale = 10.0, max-running-requests = 3 }}
-[[fleet.nodes]]
-name = "spark3"
-labels = {{ loadgen-node = "spark3" }}
-flags = {{ seed = 3, time-scale = 10.0, max-running-requests = 4 }}
-"""
+CAPACITY_FLEET = fleet_toml("three-sparks-capacity", MARK, {   # K = 2, 3, 4 requests admitted per node
+    "spark1": ('resource = "spark1"', "seed = 1, time-scale = 10.0, max-running-requests = 2"),
+    "spark2": ('resource = "spark2"', "seed = 2, time-scale = 10.0, max-running-requests = 3"),
+    "spark3": (SPARK3, "seed = 3, time-scale = 10.0, max-running-requests = 4")})
 
 CAPACITY_SEARCH = """
 [run]

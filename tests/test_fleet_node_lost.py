@@ -16,26 +16,12 @@ import duckdb
 import psutil
 import pytest
 
-from conftest import ray_head, submit_job
+from conftest import fleet_toml, ray_head, submit_job
 
 MARK = f"lost-node-{uuid.uuid4().hex[:8]}"
 
-FLEET = f"""
-[fleet]
-name = "two-sparks"
-launch = "emulator"
-health_timeout_s = 60
-[fleet.replace]
-model-path = "{MARK}"
-[[fleet.nodes]]
-name = "spark1"
-resource = "spark1"
-flags = {{ seed = 1, time-scale = 1.0 }}
-[[fleet.nodes]]
-name = "spark2"
-resource = "spark2"
-flags = {{ seed = 2, time-scale = 1.0 }}
-"""
+FLEET = fleet_toml("two-sparks", MARK, {"spark1": ('resource = "spark1"', "seed = 1, time-scale = 1.0"),
+                                         "spark2": ('resource = "spark2"', "seed = 2, time-scale = 1.0")})
 
 EXPERIMENT = """
 [run]
