@@ -9,7 +9,8 @@ import argparse
 import sys
 from typing import Any
 
-from loadgen.errors import LoadgenError, user_message
+from loadgen.errors import ConfigError, LoadgenError, user_message
+from loadgen.slo import parse_slo_flag
 
 
 def _capacity(args: argparse.Namespace) -> int:
@@ -18,31 +19,16 @@ def _capacity(args: argparse.Namespace) -> int:
 
 
 def _adhoc(args: argparse.Namespace) -> int:
-    """A one-off run from flags: one target, one or more concurrency levels, a fixed number of requests."""
+    """A one-off run from flags: one target, concurrency levels (or rates), a fixed number of requests."""
     from pathlib import Path
 
     from loadgen.capacity import results_folder  # first: it sets Ray's log options before Ray is imported
     # isort: split
     from loadgen import analysis, ray_setup
     from loadgen.config import parse_experiment
-    from loadgen.errors import ConfigError
     from loadgen.runner import run_experiment
     from loadgen.sink import check_writable
-    experiment: dict[str, Any] = {
-        "run": {"name": args.name},
-        "load": {"concurrency": args.concurrency, "requests": args.requests,
-                 "workers_per_target": args.workers, "flush_cache": args.flavor in ("sglang", "auto"),
-                 "stall_timeout_s": args.stall_timeout, "request_timeout_s": args.request_timeout,
-                 "realtime_priority": args.realtime_priority},
-        "prompts": {"max_new_tokens": args.max_tokens, "ignore_eos": args.ignore_eos, "seed": args.seed},
-        "targets": [{"name": "target", "url": args.url, "flavor": args.flavor}],
-    }
-    if args.slo:
-        from loadgen.slo import parse_slo_flag
-        experiment["slo"] = parse_slo_flag(args.slo)
-    if args.error_budget is not None:
-        b = args.error_budget   # a flag is always a float: 5 means a count, 0.05 a share
-        experiment["load"]["error_budget"] = int(b) if b.is_integer() else b
+    experiment = adhoc_experiment(args)
     try:
         exp = parse_experiment(experiment, Path("."), "--flags")
     except ConfigError as exc:  # name the flag the user typed, not the config key it became
@@ -65,7 +51,53 @@ def _adhoc(args: argparse.Namespace) -> int:
     return 0 if result.status == "complete" else 1
 
 
-_FLAG_OF_KEY = {"load.concurrency": "--concurrency", "load.requests": "--requests",
+def adhoc_experiment(args: argparse.Namespace) -> dict[str, Any]:
+    """`loadgen run`'s flags as an experiment table (checked by the same config code as a file)."""
+    if (args.concurrency is None) == (args.rate is None):
+        raise ConfigError("--concurrency", "give exactly one of --concurrency (closed loop) or --rate (open loop)",
+                          "e.g. --concurrency 1 4 16, or --rate 0.5 1 2 --arrival poisson")
+    load: dict[str, Any] = {"requests": args.requests, "workers_per_target": args.workers,
+                            "flush_cache": args.flavor in ("sglang", "auto"), "stall_timeout_s": args.stall_timeout,
+                            "request_timeout_s": args.request_timeout, "realtime_priority": args.realtime_priority}
+    if args.rate is None:
+        load["concurrency"] = args.concurrency
+    else:
+        load.update(mode="open", rates=args.rate, arrival=args.arrival or "poisson")
+    if args.arrival is not None and args.rate is None:
+        raise ConfigError("--arrival", "only applies to --rate (open loop)", "add --rate, or drop --arrival")
+    target: dict[str, Any] = {"name": "target", "url": args.url, "flavor": args.flavor}
+    if args.model is not None:
+        target["model"] = args.model
+    if args.api_key_env is not None:
+        target["api_key_env"] = args.api_key_env
+    prompts: dict[str, Any] = {"max_new_tokens": args.max_tokens, "ignore_eos": args.ignore_eos, "seed": args.seed}
+    if args.prompts not in (None, "mix"):
+        prompts["sources"] = [_prompt_source(args.prompts)]
+    experiment: dict[str, Any] = {"run": {"name": args.name}, "load": load, "prompts": prompts, "targets": [target]}
+    if args.slo:
+        experiment["slo"] = parse_slo_flag(args.slo)
+    if args.error_budget is not None:
+        b = args.error_budget   # a flag is always a float: 5 means a count, 0.05 a share
+        load["error_budget"] = int(b) if b.is_integer() else b
+    return experiment
+
+
+def _prompt_source(text: str) -> dict[str, str]:
+    """--prompts: a built-in kind (code, prose), humaneval, or FORMAT:PATH of a dataset (loadgen/prompts/README)."""
+    if text in ("code", "prose"):
+        return {"kind": text}
+    if text == "humaneval":
+        return {"format": "humaneval"}
+    fmt, sep, path = text.partition(":")
+    if not sep or not path:
+        raise ConfigError("--prompts", f"{text!r} is neither a built-in mix nor FORMAT:PATH",
+                          "use code, prose, mix (the default), humaneval, or e.g. jsonl:prompts.jsonl")
+    return {"format": fmt, "path": path}
+
+
+_FLAG_OF_KEY = {"load.concurrency": "--concurrency", "load.rates": "--rate", "load.arrival": "--arrival",
+                "prompts.sources": "--prompts", "targets[0].model": "--model",
+                "targets[0].api_key_env": "--api-key-env", "load.requests": "--requests",
                 "load.workers_per_target": "--workers", "load.stall_timeout_s": "--stall-timeout",
                 "load.request_timeout_s": "--request-timeout", "load.error_budget": "--error-budget",
                 "prompts.max_new_tokens": "--max-tokens", "prompts.seed": "--seed", "run.name": "--name",
@@ -119,7 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:30000")
     p.add_argument("--flavor", default="auto", help="API flavour: auto (default: identify the server: SGLang, "
                    "llama.cpp, vLLM, else a generic OpenAI server), sglang, openai-completions, openai-chat")
-    p.add_argument("--concurrency", type=int, nargs="+", required=True, help="one or more levels")
+    p.add_argument("--concurrency", type=int, nargs="+", help="one or more levels (closed loop)")
+    p.add_argument("--rate", type=float, nargs="+", help="one or more request rates per second (open loop, "
+                   "instead of --concurrency)")
+    p.add_argument("--arrival", choices=("poisson", "constant", "gamma"), help="open loop's arrivals "
+                   "(default poisson)")
+    p.add_argument("--model", help="openai flavours: the request's model (default: the server's first)")
+    p.add_argument("--api-key-env", help="the environment variable holding the server's API key")
+    p.add_argument("--prompts", help="code, prose, mix (default: both), humaneval, or a dataset as FORMAT:PATH "
+                   "(jsonl, sharegpt, question-jsonl; loadgen/prompts/README.md)")
     p.add_argument("--requests", type=int, required=True, help="requests per level")
     p.add_argument("--max-tokens", type=int, default=128, help="max_new_tokens (ignore_eos is on unless "
                    "--no-ignore-eos)")
