@@ -38,12 +38,6 @@ answer AS (
     FROM l JOIN bounds b USING (run_id, target)
     GROUP BY l.run_id, l.target, b.first_fail, b.first_clear_fail
 ),
-user_rate AS (
-    SELECT s.run_id, s.target, s.level, median(m.decode_tok_s) AS user_tok_s
-    FROM measured m JOIN step_info s USING (run_id, step_id, target)
-    WHERE m.status = 'ok'
-    GROUP BY s.run_id, s.target, s.level
-),
 per_target AS (
     SELECT a.run_id, a.target, a.node, a.algorithm, a.draft_tokens, a.mode,
            a.capacity, a.capacity_low, a.capacity_high, a.first_fail,
@@ -59,7 +53,7 @@ per_target AS (
     FROM answer a
     LEFT JOIN level_results r ON r.run_id = a.run_id AND r.target = a.target
                              AND coalesce(r.rate, r.concurrency) = a.capacity
-    LEFT JOIN user_rate u ON u.run_id = a.run_id AND u.target = a.target AND u.level = a.capacity
+    LEFT JOIN level_user_rate u ON u.run_id = a.run_id AND u.target = a.target AND u.level = a.capacity
 ),
 fleet AS (
     SELECT p.run_id, f.configuration AS target, '(fleet)' AS node, any_value(p.algorithm) AS algorithm,

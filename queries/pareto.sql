@@ -6,16 +6,11 @@
 --   on_series_frontier  no other level of the same series is at least as good on both axes and better on one
 --   on_frontier         the same against every series of the run
 --   verdict     the level's SLO verdict (goodput / level_slo), NULL without an SLO
-WITH user_rate AS (
-    SELECT s.run_id, s.target, s.level, median(m.decode_tok_s) AS user_tok_s
-    FROM measured m JOIN step_info s USING (run_id, step_id, target)
-    WHERE m.status = 'ok'
-    GROUP BY s.run_id, s.target, s.level
-), points AS (
+WITH points AS (
     SELECT r.run_id, r.target, r.algorithm, r.draft_tokens, r.concurrency, r.rate,
            coalesce(r.rate, r.concurrency) AS level, r.tok_s, u.user_tok_s, v.verdict, r.emulated
     FROM level_results r
-    LEFT JOIN user_rate u ON u.run_id = r.run_id AND u.target = r.target AND u.level = coalesce(r.rate, r.concurrency)
+    LEFT JOIN level_user_rate u ON u.run_id = r.run_id AND u.target = r.target AND u.level = coalesce(r.rate, r.concurrency)
     LEFT JOIN level_slo v ON v.run_id = r.run_id AND v.target = r.target
                          AND v.level = coalesce(r.rate, r.concurrency)
 )

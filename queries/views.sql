@@ -397,6 +397,14 @@ FROM step_info s
 JOIN run_slo o USING (run_id)
 LEFT JOIN counts c USING (run_id, step_id, target);
 
+-- Per target and load level, over its runs: the median per-request decode rate (1 / TPOT) of measured ok
+-- requests, what one user sees (capacity.sql at the capacity level, pareto.sql at every level).
+CREATE OR REPLACE VIEW level_user_rate AS
+SELECT s.run_id, s.target, s.level, median(m.decode_tok_s) AS user_tok_s
+FROM measured m JOIN step_info s USING (run_id, step_id, target)
+WHERE m.status = 'ok'
+GROUP BY s.run_id, s.target, s.level;
+
 -- Per series and load level, pooled over the level's runs (a search runs a level again while its call is
 -- unclear; a grid has repeats): the verdict a plan acts on and capacity.sql reads.
 CREATE OR REPLACE VIEW level_slo AS
