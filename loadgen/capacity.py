@@ -16,7 +16,7 @@ if not sys.stdout.isatty():
     os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
-from loadgen import __version__, analysis, answer, ray_setup  # noqa: E402
+from loadgen import __version__, analysis, answer, ray_setup, reach  # noqa: E402
 from loadgen.config import load_experiment  # noqa: E402
 from loadgen.errors import ConfigError, LoadgenError, user_message  # noqa: E402
 from loadgen.resume import load_resume  # noqa: E402
@@ -64,6 +64,7 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
     folder = results_folder(results or exp.results)
     check_writable(folder)               # before Ray starts, like the config
     state = load_resume(folder, resume, exp) if resume else None
+    reach.check_targets(exp)             # a url the driver can tell is down: one line, no Ray
     log(f"loadgen {__version__}: results go to {folder}")
     ray_setup.connect(ray_address)
     result = run_experiment(exp, str(folder), log=log, resume=state)

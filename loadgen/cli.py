@@ -24,7 +24,7 @@ def _adhoc(args: argparse.Namespace) -> int:
 
     from loadgen.capacity import results_folder  # first: it sets Ray's log options before Ray is imported
     # isort: split
-    from loadgen import analysis, ray_setup
+    from loadgen import analysis, ray_setup, reach
     from loadgen.config import parse_experiment
     from loadgen.runner import run_experiment
     from loadgen.sink import check_writable
@@ -38,6 +38,7 @@ def _adhoc(args: argparse.Namespace) -> int:
         raise ConfigError(flag, exc.problem, exc.fix) from None
     folder = results_folder(args.results)
     check_writable(folder)
+    reach.check_targets(exp)
     print(f"results go to {folder}", flush=True)
     ray_setup.connect(args.ray_address)
     result = run_experiment(exp, str(folder))

@@ -1,4 +1,7 @@
-"""Waiting for a server process loadgen started to answer GET /health (the emulator in tests, servers on nodes)."""
+"""Waiting for a server process loadgen started to answer GET /health (the emulator in tests, servers on nodes).
+
+The only place a refused connection is waited out: a server loadgen just started is still loading. A `url`
+target is said to be running, so its preflight asks once (loadgen.serverid)."""
 
 from __future__ import annotations
 

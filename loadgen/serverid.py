@@ -11,6 +11,11 @@ that server's shape:
 It also notes whether `/metrics` answers, so a sampler polls only routes that exist (a 404 route is asked once,
 here, not every second). The result is plain data that goes into the steps table (`server_info` JSON) and
 decides the flavour of a target whose `flavor = "auto"`.
+
+Each route is asked once, never retried, so a refused connection ends the preflight at once: a server loadgen
+launched has passed its health wait before (loadgen.health, the one wait for a server still starting), and a
+`url` target is one the user says is running. (The driver refuses what it can tell before Ray starts:
+loadgen.reach.)
 """
 
 from __future__ import annotations

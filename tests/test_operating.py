@@ -54,17 +54,52 @@ def test_an_unwritable_results_folder_is_refused_before_ray(tmp_path):
     assert line.startswith(f"error: results folder {blocker / 'results'} is not writable") and "fix:" in line
 
 
-def test_unreachable_and_wrong_flavour_targets_are_one_line_each(tmp_path):
-    port = free_port()   # nothing listens there
-    job = _job(_target(tmp_path, f"http://127.0.0.1:{port}"), tmp_path / "r1")
-    assert job.returncode == 2
-    errors = [line for line in job.stderr.splitlines() if not _ray_noise(line)]
-    assert errors == [f"error: http://127.0.0.1:{port}: unreachable (ClientConnectorError: Cannot connect to host "
-                      f"127.0.0.1:{port} ssl:default [Connect call failed ('127.0.0.1', {port})]); check the URL "
-                      "and that the server is up"], job.stderr
-    assert len(job.stderr.splitlines()) <= 4 and "wall time" not in job.stdout
+def _only_line(run: subprocess.CompletedProcess) -> str:
+    """The whole output of a run refused before Ray: exit 2, nothing on stdout, one line on stderr."""
+    out = run.stdout + run.stderr
+    assert run.returncode == 2 and run.stdout == "" and len(run.stderr.splitlines()) == 1, out
+    assert "Traceback" not in out and "Unclosed" not in out and "Ray" not in out, out
+    return run.stderr.strip()
 
-    app = web.Application()   # a server that answers, but not as SGLang
+
+def test_an_unreachable_url_is_one_line_before_ray(tmp_path):
+    """Refused on the driver and not pinned to another node (loadgen.reach): decided before Ray starts, from
+    the job and from `loadgen run` alike (`localhost` too: every address it resolves to refuses)."""
+    port = free_port()   # nothing listens there
+    url = f"http://127.0.0.1:{port}"
+    line = _only_line(_job(_target(tmp_path, url), tmp_path / "r1", 60))
+    assert line == (f"error: target t: {url}: unreachable (connection refused: nothing listens on 127.0.0.1 port "
+                    f"{port}) (fix: start the server, or correct the target's url)")
+    run = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", "--url", f"http://localhost:{port}",
+                          "--concurrency", "1", "--requests", "1", "--results", str(tmp_path / "r2")],
+                         cwd=REPO, capture_output=True, text=True, timeout=60, env=dict(os.environ, RAY_ADDRESS=""))
+    line = _only_line(run)
+    assert line.startswith(f"error: target target: http://localhost:{port}: unreachable (connection refused") and (
+        "(fix: start the server" in line)
+
+
+def test_a_loopback_url_pinned_to_a_node_is_left_to_its_worker(tmp_path):
+    """A fleet's loopback url answers only on its node, so the driver does not decide it (loadgen.reach): Ray
+    starts, the worker's preflight on that node is refused at its first try, and that is the one error line."""
+    import ray.util
+    port = free_port()
+    config = tmp_path / "fleet.toml"
+    config.write_text(f'[load]\nconcurrency = [1]\nmeasure_s = 1.0\n[prompts]\nmax_new_tokens = 4\n'
+                      f'[fleet]\nlaunch = "external"\n[[fleet.nodes]]\nname = "n1"\n'
+                      f'node_ip = "{ray.util.get_node_ip_address()}"\nurl = "http://127.0.0.1:{port}"\n')
+    job = subprocess.run([sys.executable, "-m", "jobs.fleet", "--config", str(config), "--results",
+                          str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True, timeout=180,
+                         env=dict(os.environ, RAY_ADDRESS="", RAY_AUTH_MODE="disabled"))
+    assert job.returncode == 2 and "fleet node n1: Ray node" in job.stdout, job.stdout + job.stderr
+    errors = [line for line in job.stderr.splitlines() if not _ray_noise(line)]
+    assert len(errors) == 1 and errors[0].startswith(f"error: http://127.0.0.1:{port}: unreachable"), job.stderr
+    assert "Unclosed" not in job.stderr + job.stdout and "Traceback" not in job.stderr
+
+
+def test_a_wrong_flavour_target_is_one_line(tmp_path):
+    """A server that answers, but not as SGLang: only a worker's preflight can tell; still one line (besides
+    Ray's own INFO line), no traceback, no unclosed session."""
+    app = web.Application()
 
     async def not_sglang(request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": []})
