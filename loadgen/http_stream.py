@@ -48,12 +48,12 @@ class ReadLoop:
     worker's poll found it, the worst since the last `take`; large values mean frames got coalesced into one
     read).
 
-    Why poll: woken by each arriving packet, the event loop switched in 4,000-5,000 times a second at 50k
-    frames/s. Polled once per millisecond, the same reads take a few hundred wake-ups, and the client's CPU
-    per frame fell from 18.2 to 14.7 us at 256 streams x 5 ms (clientbench, 3 paired runs; 15.1 -> 13.3 us in
-    a Ray-free rig). Timing does not suffer: a read is dated by the kernel's stamp of its last segment, not
-    by when it was polled, and a 1 ms poll never puts two frames of one stream in one read, since a server's
-    frames come several ms apart. Where the kernel gives no stamps, a read is dated up to one period late.
+    Why poll: woken by each arriving packet, the event loop switches in thousands of times a second at tens of
+    thousands of frames/s; polled once per millisecond, the same reads take a few hundred wake-ups, which costs less
+    CPU per frame (the measurements: README, "The client: how many workers"). Timing does not suffer: a read is
+    dated by the kernel's stamp of its last segment, not by when it was polled, and a 1 ms poll never puts two
+    frames of one stream in one read, since a server's frames come several ms apart. Where the kernel gives no
+    stamps, a read is dated up to one period late.
 
     One preallocated buffer serves every read: a fresh 256 KiB bytes object per read cost an mmap, mremap
     and munmap on one read in eight (strace). Reads never overlap (one event loop), and httptools copies
