@@ -16,6 +16,7 @@ Rules read from SGLang 0.5.23 (`sglang/srt/speculative/dflash_utils.py` parse_df
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,7 +161,8 @@ def check_flags(report: DraftReport, flags: dict[str, Any]) -> None:
 
 
 
-def run_check(path: str, expect: str | None = None, profile: str | None = None, out=print) -> int:
+def run_check(path: str, expect: str | None = None, profile: str | None = None,
+              out: Callable[[str], None] = print) -> int:
     """`loadgen check-draft`: print the verdict; 1 when the draft is not `expect` or anything is wrong."""
     flags = None
     if profile is not None:

@@ -4,6 +4,7 @@ resource, or a label selector), and each DFLASH draft checked on its node, all b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -69,7 +70,7 @@ class LocalPlacement:
 
     health_timeout_s = 60.0
 
-    def prepare(self, stages, log) -> None:
+    def prepare(self, stages: list[tuple[TargetConfig, ...]], log: Callable[[str], None]) -> None:
         """Nothing to resolve or check."""
 
     def server_options(self, target: TargetConfig) -> dict:
@@ -78,10 +79,11 @@ class LocalPlacement:
     def worker_options(self, target: TargetConfig, index: int) -> dict:
         return {}
 
-    def launch(self, server, target: TargetConfig):
+    def launch(self, server: Any, target: TargetConfig) -> Any:
         return server.start_emulator.remote(list(target.emulator_args), self.health_timeout_s)
 
-    def verify(self, targets: list[tuple[TargetConfig, list]], servers: dict[str, Any], log) -> None:
+    def verify(self, targets: list[tuple[TargetConfig, list]], servers: dict[str, Any],
+               log: Callable[[str], None]) -> None:
         """Nothing was pinned."""
 
 
@@ -94,7 +96,7 @@ class FleetPlacement(LocalPlacement):
         self.node_ids: dict[str, str] = {}
         self.nodes = {n.name: n for n in fleet.nodes + fleet.clients}
 
-    def prepare(self, stages, log) -> None:
+    def prepare(self, stages: list[tuple[TargetConfig, ...]], log: Callable[[str], None]) -> None:
         """Resolve the nodes, then check every DFLASH profile's draft on its own node: all before any load."""
         self.node_ids = resolve_nodes(self.fleet, ray.nodes())
         for name, node_id in self.node_ids.items():
@@ -118,7 +120,8 @@ class FleetPlacement(LocalPlacement):
                 raise LoadgenError(f"configuration {stage_name}, node {node_name}, profile {profile.name}: draft "
                                    f"check failed: {why} (run `loadgen check-draft` on the draft, fix the profile)")
 
-    def verify(self, targets: list[tuple[TargetConfig, list]], servers: dict[str, Any], log) -> None:
+    def verify(self, targets: list[tuple[TargetConfig, list]], servers: dict[str, Any],
+               log: Callable[[str], None]) -> None:
         """Ask every placed actor where it runs: a worker or server off its node stops the run before load."""
         for target, workers in targets:
             where = ray.get([w.node_id.remote() for w in workers]
@@ -151,7 +154,7 @@ class FleetPlacement(LocalPlacement):
         clients = self.fleet.clients
         return clients[(position + index) % len(clients)].name
 
-    def launch(self, server, target: TargetConfig):
+    def launch(self, server: Any, target: TargetConfig) -> Any:
         url = self.nodes[target.node].url
         host, port = (urlsplit(url).hostname, urlsplit(url).port or 80) if url else ("127.0.0.1", 0)
         if self.fleet.launch == "sglang":

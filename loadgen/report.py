@@ -14,17 +14,26 @@ import base64
 import html
 import io
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from statistics import median
-from typing import Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
+
+import duckdb
 
 from loadgen.analysis import list_queries, open_results, run_query
 from loadgen.errors import LoadgenError
 
+if TYPE_CHECKING:   # matplotlib is an optional extra (loadgen[report]), imported when a report is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
 Rows = list[dict[str, Any]]
 SeriesKey = tuple[str, str, str | None, int | None]   # run_id, target, algorithm, draft_tokens
+Draw = Callable[["Axes", SeriesKey, Rows], None]     # fills one panel of _small_multiples
 
 QUERIES = ("runs", "compare_algorithms", "crossover", "repeats", "confounders", "acceptance_by_kind",
            "acceptance_by_position", "acceptance_sources", "throughput_by_concurrency", "latency_by_concurrency",
@@ -111,7 +120,7 @@ def _spread_unknown(row: dict) -> dict:
             "accept_len_max": None}
 
 
-def _slo(con) -> dict[str, float]:
+def _slo(con: duckdb.DuckDBPyConnection) -> dict[str, float]:
     """The SLO the goodput/capacity queries judge by (views.sql run_slo: the run's [slo] or slo_* variables),
     of the first run that set a line; {} when none did or these results predate SLOs."""
     if not con.execute("SELECT 1 FROM duckdb_views() WHERE view_name = 'run_slo'").fetchall():
@@ -384,7 +393,7 @@ class Plot:
     png: bytes
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -395,14 +404,14 @@ def _pyplot():
     return plt
 
 
-def _png(fig) -> bytes:
+def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     _pyplot().close(fig)
     return buf.getvalue()
 
 
-def _level_axis(ax, rows: Rows) -> None:
+def _level_axis(ax: Axes, rows: Rows) -> None:
     """Concurrency on a log2 axis with the levels as ticks; rate on a linear axis."""
     open_loop = any(r.get("concurrency") is None for r in rows)
     ax.set_xlabel("request rate (req/s)" if open_loop else "concurrency (requests in flight)")
@@ -422,7 +431,7 @@ def _by_series(rows: Rows) -> dict[SeriesKey, dict[float, Rows]]:
     return out
 
 
-def _series_legend(report: Report, where, keys) -> None:
+def _series_legend(report: Report, where: Axes | Figure, keys: Iterable[SeriesKey]) -> None:
     """A legend of the series' colours above an Axes or a Figure (never over the data)."""
     from matplotlib.lines import Line2D
 
@@ -602,7 +611,7 @@ def latency_plot(report: Report) -> Plot | None:
 KIND_STYLES = ("-", "--", ":", "-.")
 
 
-def _small_multiples(report: Report, rows: Rows, draw, ylabel: str, sharey: bool = True):
+def _small_multiples(report: Report, rows: Rows, draw: Draw, ylabel: str, sharey: bool = True) -> Figure:
     """One panel per series (titled in its colour); draw(ax, key, rows of the series) fills a panel."""
     plt = _pyplot()
     series: dict[SeriesKey, Rows] = defaultdict(list)
@@ -623,7 +632,7 @@ def _small_multiples(report: Report, rows: Rows, draw, ylabel: str, sharey: bool
     return fig
 
 
-def _style_legend(fig, styles: list[tuple[str, dict]]) -> None:
+def _style_legend(fig: Figure, styles: list[tuple[str, dict]]) -> None:
     """A grey legend above the panels for what distinguishes lines inside each panel (kind, level)."""
     from matplotlib.lines import Line2D
 
@@ -643,7 +652,7 @@ def acceptance_plot(report: Report) -> Plot | None:
         return None
     kinds = list(dict.fromkeys(r["prompt_kind"] for r in rows))
 
-    def draw(ax, key, srows):
+    def draw(ax: Axes, key: SeriesKey, srows: Rows) -> None:
         for kind, style in zip(kinds, KIND_STYLES * 3):
             levels = _by_series([r for r in srows if r["prompt_kind"] == kind])[key]
             xs = sorted(levels)
@@ -665,7 +674,7 @@ def position_plot(report: Report) -> Plot | None:
     if not rows:
         return None
 
-    def draw(ax, key, srows):
+    def draw(ax: Axes, key: SeriesKey, srows: Rows) -> None:
         levels = _by_series(srows)[key]
         for i, x in enumerate(sorted(levels)):
             buckets = defaultdict(list)
@@ -692,7 +701,7 @@ def errors_plot(report: Report) -> Plot | None:
         return None
     classes = list(dict.fromkeys(r["status"] for r in rows))
 
-    def draw(ax, key, srows):
+    def draw(ax: Axes, key: SeriesKey, srows: Rows) -> None:
         levels = _by_series(srows)[key]
         xs = sorted(levels)
         bottom = [0] * len(xs)
@@ -715,7 +724,7 @@ def probes_plot(report: Report) -> Plot | None:
     capacity = {(c["run_id"], c["target"]): c["capacity"] for c in report.data["capacity"]}
     colours = {"pass": "#2ca02c", "fail": "#d62728"}
 
-    def draw(ax, key, srows):
+    def draw(ax: Axes, key: SeriesKey, srows: Rows) -> None:
         srows = sorted(srows, key=lambda r: r["step_id"])
         xs = list(range(1, len(srows) + 1))
         ax.plot(xs, [_level(r) for r in srows], color=report.colours.get(key, "#333"), linewidth=1)

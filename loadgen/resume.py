@@ -106,7 +106,7 @@ def _what_changed(stored_config: str | None, exp: Experiment) -> str:
     return "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
 
 
-def _flat(obj, key: str = "") -> dict[str, object]:
+def _flat(obj: object, key: str = "") -> dict[str, object]:
     """{"load": {"concurrency": [1, 2]}} -> {"load.concurrency[0]": 1, "load.concurrency[1]": 2}."""
     items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else None
     if items is None:
@@ -117,5 +117,5 @@ def _flat(obj, key: str = "") -> dict[str, object]:
     return out
 
 
-def _show(value) -> str:
+def _show(value: object) -> str:
     return "(none)" if value is None else json.dumps(value)

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import ray
 from tenacity import Retrying, stop_after_attempt, stop_after_delay, wait_exponential
 
+from loadgen.config import LoadConfig
 from loadgen.errors import TargetError
 
 RESTART_ATTEMPTS = 3      # tries to bring a dead server up again, per death
@@ -40,7 +43,7 @@ class Death:
     log_tail: str
 
 
-def check_server(target: Any, load) -> tuple[dict | None, Death | None]:
+def check_server(target: Any, load: LoadConfig) -> tuple[dict | None, Death | None]:
     """(server info, None) for a healthy server; (None, Death) for one that exited, hung or stopped answering.
     `target` is runner._Target."""
     name = target.config.name
@@ -84,7 +87,7 @@ def _server_info(target: Any) -> dict:
     raise TargetError(f"no worker of {target.config.name} answers ({error})")
 
 
-def stall_note(results, run_id: str, step_id: int, target: str, stall_s: float) -> str | None:
+def stall_note(results: Path, run_id: str, step_id: int, target: str, stall_s: float) -> str | None:
     """For a server that answers after the step: say it was slow, not hung, when the stall timeout cut some of
     its requests (read back after the step's flush)."""
     glob = f"{results}/requests/run_id={run_id}/*.parquet"
@@ -104,7 +107,7 @@ def death_sample(run_id: str, step_id: int, target: Any, death: Death, t_ns: int
             "labels": json.dumps(labels, sort_keys=True)}
 
 
-def recover(target: Any, load, deaths_so_far: int, log) -> str | None:
+def recover(target: Any, load: LoadConfig, deaths_so_far: int, log: Callable[[str], None]) -> str | None:
     """Bring the target back (launched: restart with the same profile; url: retry until server_retry_s).
     None when it is back; else why it is dropped from the rest of the run."""
     name = target.config.name

@@ -20,6 +20,7 @@ loadgen.reach.)
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -107,7 +108,7 @@ async def identify(session: aiohttp.ClientSession, url: str, api_key: str | None
     return ServerId(OPENAI, None, model, "openai-completions", metrics, {}, routes)
 
 
-async def _first_model(get) -> str | None:
+async def _first_model(get: Callable[[str], Awaitable[Any]]) -> str | None:
     body = await get("/v1/models")
     data = body.get("data") if isinstance(body, dict) else None
     if isinstance(data, list):

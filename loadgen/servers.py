@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import ray
 
@@ -40,7 +41,7 @@ def server_command(module: str, args: tuple[str, ...] | list[str], host: str, po
     return [sys.executable, "-m", module, *args, "--host", host, "--port", str(port)]
 
 
-def _copy_masked(pipe, log, hide: list[str]) -> None:
+def _copy_masked(pipe: IO[bytes], log: IO[bytes] | None, hide: list[str]) -> None:
     """The server's output, line by line, into its log with every secret value masked; ends with the pipe.
     A log that cannot be written (its disk full or gone) drops the output but keeps draining the pipe: the
     server never blocks on a full pipe or dies of a closed one."""
@@ -59,7 +60,7 @@ def _copy_masked(pipe, log, hide: list[str]) -> None:
         _close_quietly(log)
 
 
-def _close_quietly(log) -> None:
+def _close_quietly(log: IO[bytes] | None) -> None:
     try:
         if log is not None:
             log.close()

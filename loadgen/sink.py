@@ -19,6 +19,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -173,7 +174,7 @@ class ResultsSink:
         return self.writer.request_ids(step_id, worker)
 
 
-def flush(sink) -> dict[str, int]:
+def flush(sink: Any) -> dict[str, int]:
     """`ray.get(sink.flush.remote())`, with the sink's SinkError raised as itself: one line for the user, not
     Ray's wrapper with the actor's traceback."""
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 
@@ -57,7 +58,7 @@ def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_
     return ends  # type: ignore[return-value]
 
 
-def _measure_sent(worker) -> int:
+def _measure_sent(worker: Any) -> int:
     """Requests a worker sent inside the open window (0 for a dead worker: the drain wait deals with it)."""
     try:
         return ray.get(worker.measure_sent_count.remote(now_ns()))  # the window reaches at least this far
@@ -126,7 +127,7 @@ def stop_workers(workers: list, drain: Drain, reason: str) -> list[dict]:
     return counts
 
 
-def write_lost_rows(sink, run_id: str, step_id: int, dead: dict[int, tuple[WorkerProgress | None, str]]
+def write_lost_rows(sink: Any, run_id: str, step_id: int, dead: dict[int, tuple[WorkerProgress | None, str]]
                      ) -> list[int]:
     """A `lost` row for each request a dead worker held whose row never reached the sink; counts per worker."""
     counts = []

@@ -6,6 +6,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.emulator.args import parse_args
+from loadgen.emulator.spec import SpecConfig, resolve
+
 HERE = Path(__file__).parent
 REPORT_FILE = HERE / "calibration" / "seed-report.toml"
 DRAFTS = HERE / "drafts"
@@ -56,11 +59,8 @@ def load_report() -> Report:
     return Report(data["targets"], w["max_new_tokens"], code, prose)
 
 
-def spec_for(setup: str):
+def spec_for(setup: str) -> SpecConfig:
     """The resolved SpecConfig of one named setup, exactly as the server would resolve its flags."""
-    from loadgen.emulator.args import parse_args
-    from loadgen.emulator.spec import resolve
-
     a = parse_args(["--model-path", "calibration", *SETUPS[setup]])
     return resolve(a.speculative_algorithm, a.speculative_num_steps, a.speculative_eagle_topk,
                    a.speculative_num_draft_tokens, a.speculative_draft_model_path)

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import uvloop
 from aiohttp import web
@@ -22,6 +23,8 @@ from loadgen.emulator.args import parse_args
 from loadgen.emulator.server import Emulator, build_app
 from loadgen.health import NotHealthy, wait_healthy
 from loadgen.ports import free_port
+
+T = TypeVar("T")
 
 
 def _wait_healthy(url: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> None:
@@ -82,9 +85,9 @@ class EmulatorThread:
         self._loop.run_until_complete(self._runner.cleanup())
         self._loop.close()
 
-    def call(self, fn, *a):
+    def call(self, fn: Callable[..., T], *a: Any) -> T:
         """Run fn(*a) on the emulator's loop (engine state is not thread-safe) and return its result."""
-        async def _do():
+        async def _do() -> T:
             return fn(*a)
         return asyncio.run_coroutine_threadsafe(_do(), self._loop).result(5)
 

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from loadgen import __version__ as loadgen_version
 from loadgen.emulator import profiles
@@ -17,7 +18,7 @@ from loadgen.emulator.engine import EmuRequest, Engine, QueueFull, resolve_min_f
 from loadgen.emulator.faults import FaultPicker
 from loadgen.emulator.httputil import EMU, error_body, json_response
 from loadgen.emulator.metrics import Metrics, render
-from loadgen.emulator.native import generate
+from loadgen.emulator.native import NativeFormat, generate
 from loadgen.emulator.openai_routes import chat_completions, completions
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
 from loadgen.emulator.spec import SpecConfig, resolve
@@ -130,7 +131,7 @@ class Emulator:
             return json_response(error_body(fr.get("message", "aborted"), code), code)
         return None
 
-    def native_whole(self, req: EmuRequest, fmt) -> web.Response:
+    def native_whole(self, req: EmuRequest, fmt: NativeFormat) -> web.Response:
         err = self.abort_error(req)
         if err is not None:
             return err
@@ -239,7 +240,7 @@ async def emulator_reset(request: web.Request) -> web.Response:
 
 
 @web.middleware
-async def api_key_middleware(request: web.Request, handler):
+async def api_key_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """--api-key: every route but /health*, /ready and /metrics needs `Authorization: Bearer KEY`."""
     key = request.app[EMU].args.api_key
     path = request.path

@@ -16,6 +16,7 @@ from typing import Protocol
 from aiohttp import web
 
 from loadgen.emulator.engine import EmuRequest, Engine
+from loadgen.emulator.faults import Fault
 
 DONE = b"data: [DONE]\n\n"
 MALFORMED = b'data: {"text": "trunc\n\n'
@@ -92,7 +93,7 @@ async def stream(request: web.Request, req: EmuRequest, engine: Engine, fmt: For
 
 
 async def _apply(request: web.Request, resp: web.StreamResponse, req: EmuRequest, engine: Engine,
-                 fmt: Formatter, fault) -> None:
+                 fmt: Formatter, fault: Fault) -> None:
     """Apply the fault due before token frame k. Raises _Stop when the fault ends the stream."""
     kind = fault.type
     if kind in ("abort", "no_done") and req.done:
