@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from loadgen import schema
 from loadgen.prompts import Prompt
 
 
@@ -50,15 +51,18 @@ class FrameBuffer:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-class StreamState:
-    """Everything measured about one request; becomes exactly one `requests` row."""
+# `requests` columns that say where a request ran and what it asked, not what was measured: the worker fills
+# them when it builds the row (loadgen.shipping). Every other column is the StreamState field of that name.
+CONTEXT_COLUMNS = ("run_id", "step_id", "target", "node", "worker", "prompt_id", "prompt_kind", "template",
+                   "prompt_tokens_target")
+MEASURED = tuple(name for name in schema.REQUESTS.names if name not in CONTEXT_COLUMNS)
 
-    __slots__ = (
-        "request_id", "prompt", "phase", "server_request_id", "prompt_tokens", "completion_tokens",
-        "cached_tokens", "spec_verify_ct", "spec_accept_length", "finish_reason", "t_scheduled_ns", "t_sent_ns",
-        "t_headers_ns", "t_first_token_ns", "t_last_token_ns", "t_done_ns", "server_e2e_s", "num_frames",
-        "status", "http_status", "error", "cum_tokens", "finished", "saw_done", "frames",
-    )
+
+class StreamState:
+    """Everything measured about one request; becomes exactly one `requests` row. Its fields are the
+    MEASURED columns (slots: attribute access on the hot path stays slot access), plus its working state."""
+
+    __slots__ = MEASURED + ("prompt", "cum_tokens", "finished", "saw_done", "frames")
     # Types of the fields __init__ sets to None in chains (declarations only: nothing is stored on the class).
     server_request_id: str | None
     finish_reason: str | None
