@@ -64,6 +64,7 @@ class RowShipper:
         self.window_open_until_ns = 0        # the window is known to reach at least this far
 
     def begin(self, step: StepSpec) -> None:
+        """A step starts: its rows carry its ids, and its window is known to reach its planned minimum end."""
         self.step = step
         self.window_open_until_ns = (step.t_measure_end_ns if step.t_measure_min_end_ns is None
                                      else step.t_measure_min_end_ns)
