@@ -68,6 +68,8 @@ def open_results(results_dir: str | Path, run_ids: list[str] | None = None) -> d
     _run(con, (QUERIES_DIR / "views.sql").read_text())
     found = _run(con, "SELECT run_id, schema_version FROM runs")
     newest = max((v for _, v in found if v is not None), default=SCHEMA_VERSION)
+    if len({v for _, v in found}) > 1:   # files of different versions: the requests view matches columns by name
+        _run(con, "SET VARIABLE mixed_schemas = true")
     if newest > SCHEMA_VERSION:
         raise LoadgenError(
             f"{root} holds results of schema version {newest}, newer than this loadgen's {SCHEMA_VERSION}; "

@@ -74,6 +74,8 @@ def adhoc_experiment(args: argparse.Namespace) -> dict[str, Any]:
     prompts: dict[str, Any] = {"max_new_tokens": args.max_tokens, "ignore_eos": args.ignore_eos, "seed": args.seed}
     if args.prompts not in (None, "mix"):
         prompts["sources"] = [_prompt_source(args.prompts)]
+    if args.input_tokens is not None:
+        prompts["input_tokens"] = _input_tokens(args.input_tokens)
     experiment: dict[str, Any] = {"run": {"name": args.name}, "load": load, "prompts": prompts, "targets": [target]}
     if args.slo:
         experiment["slo"] = parse_slo_flag(args.slo)
@@ -96,13 +98,24 @@ def _prompt_source(text: str) -> dict[str, str]:
     return {"format": fmt, "path": path}
 
 
+def _input_tokens(text: str) -> int | dict[str, int]:
+    """--input-tokens: N (fixed) or MIN-MAX (uniform); the numbers are checked by the config code."""
+    low, sep, high = text.partition("-")
+    try:
+        return {"min": int(low), "max": int(high)} if sep else int(text)
+    except ValueError:
+        raise ConfigError("--input-tokens", f"{text!r} is neither a token count nor a range MIN-MAX",
+                          "e.g. --input-tokens 1024, or --input-tokens 512-2048") from None
+
+
 _FLAG_OF_KEY = {"load.concurrency": "--concurrency", "load.rates": "--rate", "load.arrival": "--arrival",
                 "prompts.sources": "--prompts", "targets[0].model": "--model",
                 "targets[0].api_key_env": "--api-key-env", "load.requests": "--requests",
                 "load.workers_per_target": "--workers", "load.stall_timeout_s": "--stall-timeout",
                 "load.request_timeout_s": "--request-timeout", "load.error_budget": "--error-budget",
                 "prompts.max_new_tokens": "--max-tokens", "prompts.seed": "--seed", "run.name": "--name",
-                "targets[0].url": "--url", "targets[0].flavor": "--flavor", "targets": "--url", "slo": "--slo"}
+                "targets[0].url": "--url", "targets[0].flavor": "--flavor", "targets": "--url", "slo": "--slo",
+                "prompts.input_tokens": "--input-tokens"}
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -161,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-env", help="the environment variable holding the server's API key")
     p.add_argument("--prompts", help="code, prose, mix (default: both), humaneval, or a dataset as FORMAT:PATH "
                    "(jsonl, sharegpt, question-jsonl; loadgen/prompts/README.md)")
+    p.add_argument("--input-tokens", metavar="N|MIN-MAX", help="each prompt's length in the server's own tokens: "
+                   "fixed, or uniform in a range (calibrated against the server first; README: Input length)")
     p.add_argument("--requests", type=int, required=True, help="requests per level")
     p.add_argument("--max-tokens", type=int, default=128, help="max_new_tokens (ignore_eos is on unless "
                    "--no-ignore-eos)")

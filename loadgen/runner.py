@@ -28,6 +28,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loadgen import __version__, analysis, schema, serverdeath
 from loadgen.arrivals import ArrivalSpec
+from loadgen.calibrate import calibration_prompts, describe, length_model, prompts_for
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, TargetConfig
 from loadgen.errors import TargetError
@@ -41,7 +42,7 @@ from loadgen.plan import (
     split_concurrency,
 )
 from loadgen.probe import server_info_samples
-from loadgen.prompts.mix import PromptMix
+from loadgen.prompts.length import LengthModel
 from loadgen.protocol.base import SamplingSpec
 from loadgen.resume import ResumeState, config_hash
 from loadgen.secrets import masked
@@ -134,6 +135,7 @@ class _Target:
     info: dict
     pinned: list = field(default_factory=list)   # the PromptPool its workers read from: alive while referenced
     server: Any = None                           # its ServerProcess actor, when loadgen launched it
+    input_fit: dict | None = None                # prompts.input_tokens: its chars-to-tokens fit (steps.server_info)
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -239,21 +241,21 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
         except ray.exceptions.RayTaskError as exc:
             raise exc.as_instanceof_cause() from None
         log(f"server {name} up at {urls[name]}")
-    prompts = PromptMix(exp.prompts).take(PROMPT_POOL)
     n = exp.load.workers_per_target
-    pool_name = f"loadgen-prompts-{ctx.run_id}-{uuid.uuid4().hex[:6]}"   # one per stage
-    pool = _actor(PromptPool).options(name=pool_name).remote([prompts[i::n] for i in range(n)])
+    # One per stage, shard k * n + i for worker i of target k; made after preflight (prompts.input_tokens: each
+    # target's prompts are built with its own fit)
+    pool_name = f"loadgen-prompts-{ctx.run_id}-{uuid.uuid4().hex[:6]}"
     sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature)
     bars = sys.stdout.isatty()   # live progress bars on a terminal; in a log (`ray job logs`, a file) lines
     targets = []
-    for t in stage_targets:
+    for k, t in enumerate(stage_targets):
         spec = TargetSpec(t.name, urls[t.name], t.flavor, t.node, t.api_key_env, t.api_key_file, t.model,
                           t.continuous_usage, t.spec_details)
         # The prompts (a PromptPool) and the sink go by name: a worker can restart, and Ray logs an error for a
         # restartable actor with constructor arguments in the object store (a large value, a ray.put ref, a handle).
         workers = [_actor(LoadWorker).options(**placement.worker_options(t, i)).remote(
-                       f"{t.name}.w{i}", spec, (pool_name, i), sampling, ctx.sink_name, bars) for i in range(n)]
-        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, [pool],
+                       f"{t.name}.w{i}", spec, (pool_name, k * n + i), sampling, ctx.sink_name, bars) for i in range(n)]
+        targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, [],
                                dict(zip(launches, servers)).get(t.name)))
     placement.verify([(t.config, t.workers) for t in targets], dict(zip(launches, servers)), log)
     preflights = ray.get([t.workers[0].preflight.remote() for t in targets])
@@ -261,6 +263,17 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
         ray.get([w.configure.remote(options) for w in target.workers[1:]])
         target.info = info
         log(f"target {target.config.name}: {_describe(info)}")
+    samples = calibration_prompts(exp.prompts)   # none without prompts.input_tokens
+    counts = ray.get([t.workers[0].calibrate.remote(samples) for t in targets]) if samples else []
+    models: list[LengthModel | None] = [length_model(t.config.name, samples, c) for t, c in zip(targets, counts)]
+    built = prompts_for(exp.prompts, models or [None] * len(targets), PROMPT_POOL)
+    pool = _actor(PromptPool).options(name=pool_name).remote([p[i::n] for p in built for i in range(n)])
+    for target in targets:
+        target.pinned.append(pool)
+    for target, model in zip(targets, models):
+        if model is not None:
+            target.input_fit = model.to_json()
+            log(f"target {target.config.name}: input tokens by {describe(model)}")
     return targets
 
 
@@ -603,7 +616,7 @@ def _step_row(ctx: RunContext, step: PlannedStep, level: TargetLoad, t: _Target,
               status: str, reason: str) -> dict:
     exp, run_id = ctx.exp, ctx.run_id
     t_start, t_ms, t_me, t_end = times
-    info = t.info
+    info = t.info if t.input_fit is None else dict(t.info, input_tokens_fit=t.input_fit)
     algorithm = info.get("speculative_algorithm") or "NONE"
     return {
         "run_id": run_id, "step_id": step.step_id, "target": t.config.name, "target_index": t.index,

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 4  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
-                    # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume)
+SCHEMA_VERSION = 5  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
+                    # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
+                    # 5: requests.prompt_tokens_target
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -88,6 +89,7 @@ REQUESTS = pa.schema([
     ("prompt_kind", pa.string()),
     ("template", pa.string()),
     ("prompt_tokens", pa.int64()),
+    ("prompt_tokens_target", pa.int64()),  # prompts.input_tokens asked for this prompt; NULL without a target
     ("completion_tokens", pa.int64()),
     ("cached_tokens", pa.int64()),
     ("spec_verify_ct", pa.int64()),

@@ -24,7 +24,7 @@ import pyarrow as pa
 import ray
 from ray.experimental import tqdm_ray
 
-from loadgen import arrivals, probe, schema, serverid
+from loadgen import arrivals, calibrate, probe, schema, serverid
 from loadgen.clock import now_ns
 from loadgen.errors import LoadgenError, TargetError
 from loadgen.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
@@ -201,6 +201,12 @@ class LoadWorker:
         elif self.flavor is None:  # `auto` that preflight resolved to SGLang's native API
             self.flavor = "sglang"
             self.adapter = adapter_for("sglang")
+
+    async def calibrate(self, prompts: list[Prompt]) -> list[tuple[int | None, str | None]]:
+        """The server's own prompt token count for each prompt (one-token requests, after preflight): the data of
+        the target's input-length fit (loadgen.calibrate)."""
+        assert self.adapter is not None   # chosen by preflight
+        return await calibrate.server_counts(self.endpoint, self.adapter, self.reads, prompts)
 
     async def flush_cache(self) -> None:
         if self.options is not None and not self.options.sglang:
@@ -553,6 +559,7 @@ class LoadWorker:
             "server_request_id": s.server_request_id, "target": self.target.name, "node": self.target.node,
             "worker": self.name, "phase": s.phase, "prompt_id": s.prompt.prompt_id,
             "prompt_kind": s.prompt.kind, "template": s.prompt.template, "prompt_tokens": s.prompt_tokens,
+            "prompt_tokens_target": s.prompt.target_tokens,
             "completion_tokens": s.completion_tokens, "cached_tokens": s.cached_tokens,
             "spec_verify_ct": s.spec_verify_ct, "spec_accept_length": s.spec_accept_length,
             "finish_reason": s.finish_reason, "t_scheduled_ns": s.t_scheduled_ns, "t_sent_ns": s.t_sent_ns,

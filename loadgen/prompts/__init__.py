@@ -15,3 +15,4 @@ class Prompt:
     template: str      # which task template or dataset produced it: requests.template
     text: str | None = None
     messages: tuple[dict, ...] | None = None
+    target_tokens: int | None = None   # the input length asked for (prompts.input_tokens), in the server's tokens

@@ -11,6 +11,7 @@ import ast
 import re
 from collections.abc import Callable
 
+from loadgen.prompts.sizing import MIN_CONTEXT, fill
 from loadgen.prompts.stdlib_code import StdlibFunction, stdlib_functions
 from loadgen.prompts.task import Pool, Task, stable_hash, user_task
 
@@ -120,6 +121,26 @@ def code_pools(templates: tuple[str, ...]) -> list[Pool]:
             text = build(fn)
             return None if text is None else user_task(f"code/{name}/{fn.ref}", "code", f"code/{name}", text)
 
-        return Pool(f"code/{name}", len(functions), render)
+        return Pool(f"code/{name}", len(functions), render, lambda i, chars: context(functions, i, chars))
 
     return [pool(name) for name in templates]
+
+
+def context(functions: tuple[StdlibFunction, ...], i: int, chars: int) -> str:
+    """The functions that follow function i in the scan (the rest of its module first, then the next modules),
+    in one fenced block marked by module: what a developer pastes around the function they ask about."""
+    head = f"For context, more code from the standard library next to `{functions[i].module}`:\n\n```python\n"
+    tail = "\n```\n\n"
+    room = chars - len(head) - len(tail)
+    if room < MIN_CONTEXT:
+        return ""
+
+    def pieces():
+        module = None
+        for k in range(1, len(functions)):
+            fn = functions[(i + k) % len(functions)]
+            mark, module = (f"# {fn.module}\n" if fn.module != module else ""), fn.module
+            yield mark + fn.source.rstrip()
+
+    body = fill(pieces(), room, " \n")   # the last function ends mid-line: within a word of the length
+    return f"{head}{body}{tail}" if body else ""

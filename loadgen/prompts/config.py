@@ -7,6 +7,7 @@ read, and checked, when the PromptMix is built.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +23,8 @@ BUILTIN_TEMPLATES: dict[str, tuple[str, ...]] = {
 FORMATS = ("jsonl", "sharegpt", "question-jsonl", "humaneval")
 
 _TOP_KEYS = ("seed", "max_new_tokens", "ignore_eos", "temperature", "min_prompt_chars",
-             "max_prompt_chars", "system_prefix", "chat", "sources")
+             "max_prompt_chars", "input_tokens", "system_prefix", "chat", "sources")
+MAX_INPUT_TOKENS = 1 << 20   # far above any context window: a larger value is a typo
 _BUILTIN_KEYS = ("kind", "weight", "templates")
 _DATASET_KEYS = ("format", "path", "weight", "kind", "name")
 
@@ -42,6 +44,17 @@ class SourceConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class InputTokens:
+    """prompts.input_tokens: each prompt's length in the server's tokens, uniform in [min, max] (equal: fixed)."""
+
+    min: int
+    max: int
+
+    def describe(self) -> str:
+        return str(self.min) if self.min == self.max else f"{self.min}-{self.max}"
+
+
+@dataclass(frozen=True, slots=True)
 class PromptsConfig:
     """What to ask and how to ask it; the same config gives the same prompts on every node."""
 
@@ -55,6 +68,7 @@ class PromptsConfig:
     system_prefix: str | None = None
     chat: bool = False                # messages for chat routes, text for completion routes
     key: str = "prompts"
+    input_tokens: InputTokens | None = None  # set: lengths in the server's tokens, the char bounds unused
 
     def describe(self) -> str:
         """Short label for steps.prompt_mix, e.g. "code:0.5,prose:0.5"."""
@@ -67,6 +81,11 @@ def parse_prompts_config(table: dict, key: str = "prompts", base_dir: Path = Pat
     if not isinstance(table, dict):
         raise ConfigError(key, f"must be a table, got {type(table).__name__}", f"write it as [{key}]")
     _reject_unknown(table, _TOP_KEYS, key)
+    input_tokens = parse_input_tokens(table.get("input_tokens"), f"{key}.input_tokens")
+    if input_tokens is not None and ("min_prompt_chars" in table or "max_prompt_chars" in table):
+        bound = "min_prompt_chars" if "min_prompt_chars" in table else "max_prompt_chars"
+        raise ConfigError(f"{key}.{bound}", "cannot be combined with input_tokens (which sets each prompt's length)",
+                          f"drop {bound}, or drop input_tokens")
     min_chars = _int(table, "min_prompt_chars", 0, 0, key)
     max_chars = _int(table, "max_prompt_chars", 8000, 1, key)
     if max_chars < min_chars:
@@ -90,7 +109,32 @@ def parse_prompts_config(table: dict, key: str = "prompts", base_dir: Path = Pat
         system_prefix=prefix or None,
         chat=_bool(table, "chat", False, key),
         key=key,
+        input_tokens=input_tokens,
     )
+
+
+def parse_input_tokens(raw: Any, key: str) -> InputTokens | None:
+    """`1024` (fixed), `{ min = 512, max = 2048 }` (uniform), or absent (None)."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        _reject_unknown(raw, ("min", "max"), key)
+        if "min" not in raw or "max" not in raw:
+            raise ConfigError(key, f"a range needs both min and max, got {raw!r}",
+                              "write input_tokens = { min = 512, max = 2048 }")
+        low, high = _token_count(raw["min"], f"{key}.min"), _token_count(raw["max"], f"{key}.max")
+        if high < low:
+            raise ConfigError(f"{key}.max", f"{high} is below min = {low}", "make max >= min")
+        return InputTokens(low, high)
+    count = _token_count(raw, key)
+    return InputTokens(count, count)
+
+
+def _token_count(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INPUT_TOKENS:
+        raise ConfigError(key, f"must be a whole number of tokens from 1 to {MAX_INPUT_TOKENS}, got {value!r}",
+                          "e.g. input_tokens = 1024, or input_tokens = { min = 512, max = 2048 }")
+    return value
 
 
 def _sources(raw: Any, key: str, base_dir: Path) -> tuple[SourceConfig, ...]:
@@ -174,7 +218,9 @@ def _default_name(fmt: str, path: Path | None) -> str:
 def _reject_unknown(table: dict, known: tuple[str, ...], key: str) -> None:
     for name in table:
         if name not in known:
-            raise ConfigError(f"{key}.{name}", "unknown key", f"known keys here: {', '.join(known)}")
+            close = difflib.get_close_matches(str(name), known, n=1)
+            hint = f"did you mean `{close[0]}`? " if close else ""
+            raise ConfigError(f"{key}.{name}", "unknown key", f"{hint}known keys here: {', '.join(known)}")
 
 
 def _int(table: dict, name: str, default: int, minimum: int | None, key: str) -> int:

@@ -8,11 +8,13 @@ put a passage in the prompt that the reply reuses: the two ends of prose accepta
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 
 from loadgen.prompts import prose_topics as words
+from loadgen.prompts.sizing import MIN_CONTEXT, fill
 from loadgen.prompts.stdlib_code import stdlib_module_docs
-from loadgen.prompts.task import Pool, Task, user_task
+from loadgen.prompts.task import Pool, Task, stable_hash, user_task
 
 PASSAGE_MIN, PASSAGE_MAX = 600, 2500   # characters: long enough to summarise, short enough to read
 
@@ -87,7 +89,37 @@ def _product_pool(name: str, first: Sequence[tuple[str, str]], second: Sequence[
         (first_id, value), j = first[i // len(second)], i % len(second)
         return user_task(f"prose/{name}/{first_id}/{j}", "prose", f"prose/{name}", build(value, second[j]))
 
-    return Pool(f"prose/{name}", len(first) * len(second), render)
+    return Pool(f"prose/{name}", len(first) * len(second), render,
+                lambda i, chars: context(stable_hash(f"prose/{name}/{i}"), chars))
+
+
+def context(start: int, chars: int) -> str:
+    """Consecutive prose paragraphs of the documentation from a stable place (`start`, wrapping), as background
+    reading."""
+    head, tail = "Background reading from the Python documentation:\n\n", "\n\n"
+    room = chars - len(head) - len(tail)
+    texts = prose_paragraphs()
+    if room < MIN_CONTEXT:
+        return ""
+    body = fill((texts[(start + k) % len(texts)] for k in range(len(texts))), room, " \n")
+    return f"{head}{body}{tail}" if body else ""
+
+
+_NOT_PROSE = re.compile(r"[|=+*~^-]{3}|\|")   # table borders, rules and underlines of headings
+
+
+@functools.cache
+def prose_paragraphs() -> tuple[str, ...]:
+    """The passages' paragraphs that read as prose: no tables or heading rules, not a list of bare names (most
+    lines without a space), mostly letters, six words or more. Context made of them reads as text, and its
+    tokens per character vary as little as prose does."""
+    def prose(paragraph: str) -> bool:
+        lines = paragraph.splitlines()
+        letters = sum(c.isalpha() or c.isspace() for c in paragraph)
+        return (not _NOT_PROSE.search(paragraph) and 2 * sum(" " not in ln.strip() for ln in lines) <= len(lines)
+                and letters >= 0.8 * len(paragraph) and len(paragraph.split()) >= 6)
+
+    return tuple(p for _, text in passages() for p in text.split("\n\n") if prose(p))
 
 
 def _numbered(values: Sequence[str]) -> list[tuple[str, str]]:

@@ -27,11 +27,13 @@ class Task:
 class Pool:
     """`size` candidate tasks of one template. `render(i)` builds candidate i, or None when the
     template does not apply to it (e.g. "complete the body" on a function without a docstring);
-    rendering on demand keeps thousands of candidates cheap."""
+    rendering on demand keeps thousands of candidates cheap. `context(i, chars)`: at most `chars` characters of
+    more material of the same kind to put before candidate i (ending in its separator), for input-length targets."""
 
     template: str
     size: int
     render: Callable[[int], Task | None]
+    context: Callable[[int, int], str] | None = None
 
 
 def user_task(task_id: str, kind: str, template: str, text: str) -> Task:
