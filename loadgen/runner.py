@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import ray
@@ -30,9 +31,10 @@ from loadgen import __version__, analysis, schema, serverdeath
 from loadgen.arrivals import ArrivalSpec
 from loadgen.calibrate import calibration_prompts, describe, length_model, prompts_for
 from loadgen.clock import anchor, now_ns
-from loadgen.config import Experiment, TargetConfig
+from loadgen.config import Experiment, LoadConfig, TargetConfig
 from loadgen.errors import TargetError
-from loadgen.placement import placement_for
+from loadgen.messages import StepSpec
+from loadgen.placement import LocalPlacement, placement_for
 from loadgen.plan import (
     Judge,
     PlannedStep,
@@ -48,12 +50,12 @@ from loadgen.resume import ResumeState, config_hash
 from loadgen.secrets import masked
 from loadgen.servers import ServerProcess
 from loadgen.sink import ResultsSink, check_writable, flush
-from loadgen.values import as_int
-from loadgen.worker import LoadWorker, PromptPool, StepSpec, TargetSpec
+from loadgen.values import as_int, counted
+from loadgen.window import Drain, close_windows, stop_workers, wait_for_drain, write_lost_rows
+from loadgen.worker import LoadWorker, PromptPool
 
 PROMPT_POOL = 4096          # prompts per run; every step walks the same seeded sequence from its start
 START_DELAY_S = 0.5         # time for every worker to receive `start_step` before the shared start instant
-POLL_S = 0.2
 _FOREVER = 1 << 62          # a window that never closes (fixed-count steps: every request is measured)
 
 
@@ -76,15 +78,6 @@ def _actor(cls: type) -> Any:
 class StepAborted(Exception):
     """A step broke a stop rule (error budget, a dead worker under on_worker_death = "stop"): the run ends
     after the step's rows are written; the message says why."""
-
-
-@dataclass
-class _Drain:
-    """How waiting out a step ended."""
-
-    drained: bool
-    dead: dict[int, tuple[dict, str]]   # index in `active` -> (last progress, why it is considered dead)
-    budget: str | None = None           # set when the error budget was exceeded
 
 
 @dataclass
@@ -138,7 +131,7 @@ class _Target:
     input_fit: dict | None = None                # prompts.input_tokens: its chars-to-tokens fit (steps.server_info)
 
 
-def _on_sigterm(signum, frame) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     global _stop_signal
     signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second SIGTERM must not interrupt the clean-up
     _stop_signal = "received SIGTERM"
@@ -149,7 +142,8 @@ def _why_stopped(exc: BaseException) -> str:
     return str(exc) or _stop_signal or "interrupted"
 
 
-def run_experiment(exp: Experiment, results_dir: str, log=print, resume: ResumeState | None = None) -> RunResult:
+def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None] = print,
+                   resume: ResumeState | None = None) -> RunResult:
     """Run every step of `exp`, writing results under `results_dir`; returns how the run ended. `resume`
     (loadgen.resume.load_resume): append to that run, keeping its finished steps and running the rest."""
     run_id = resume.run_id if resume else f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -175,9 +169,10 @@ def run_experiment(exp: Experiment, results_dir: str, log=print, resume: ResumeS
         plans = [(stage_targets, make_plan(exp, stage_targets, done)) for stage_targets in stages]
         sizes = [plan.total for _, plan in plans]
         total = None if None in sizes else sum(s for s in sizes if s is not None)
-        what = f"{total} steps" if total is not None else (
+        what = counted(total, "step") if total is not None else (
             "a capacity search" if exp.load.search else "steps until the SLO stops each target")
-        log(f"run {run_id}: {what} over {len(exp.targets)} targets in {len(stages)} configurations -> {results}")
+        log(f"run {run_id}: {what} over {counted(len(exp.targets), 'target')} in "
+            f"{counted(len(stages), 'configuration')} -> {results}")
         if resume:   # new step ids follow the old ones: no "step N/total" counter
             total = None
             log(f"resuming run {run_id}: {len(done)} finished steps kept, {len(resume.superseded)} left out "
@@ -219,7 +214,8 @@ def run_experiment(exp: Experiment, results_dir: str, log=print, resume: ResumeS
     return RunResult(run_id, str(results), status, reason)
 
 
-def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placement, servers: list) -> list[_Target]:
+def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placement: LocalPlacement, servers: list
+              ) -> list[_Target]:
     """Launch the stage's servers on their nodes, create workers where the placement says, and preflight
     every target before any load."""
     exp, log, log_dir = ctx.exp, ctx.log, ctx.log_dir
@@ -249,12 +245,11 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
     bars = sys.stdout.isatty()   # live progress bars on a terminal; in a log (`ray job logs`, a file) lines
     targets = []
     for k, t in enumerate(stage_targets):
-        spec = TargetSpec(t.name, urls[t.name], t.flavor, t.node, t.api_key_env, t.api_key_file, t.model,
-                          t.continuous_usage, t.spec_details)
         # The prompts (a PromptPool) and the sink go by name: a worker can restart, and Ray logs an error for a
         # restartable actor with constructor arguments in the object store (a large value, a ray.put ref, a handle).
         workers = [_actor(LoadWorker).options(**placement.worker_options(t, i)).remote(
-                       f"{t.name}.w{i}", spec, (pool_name, k * n + i), sampling, ctx.sink_name, bars) for i in range(n)]
+                       f"{t.name}.w{i}", t, urls[t.name], (pool_name, k * n + i), sampling, ctx.sink_name, bars)
+                   for i in range(n)]
         targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, [],
                                dict(zip(launches, servers)).get(t.name)))
     placement.verify([(t.config, t.workers) for t in targets], dict(zip(launches, servers)), log)
@@ -298,9 +293,29 @@ def _tear_down(targets: list[_Target], servers: list, log_dir: Path) -> None:
             dest.write_bytes(data)
 
 
+@dataclass(frozen=True)
+class _Times:
+    """A step's planned instants: the shared start, the measurement window's start and its planned end."""
+
+    start: int
+    measure_start: int
+    measure_end: int      # _FOREVER in a counted step (every request is measured)
+    measure_s: float
+    counted: bool         # a fixed number of requests per target (load.requests)
+    adaptive: bool        # closed loop over time: the driver closes each target's window (window.close_windows)
+
+
+@dataclass
+class _Started:
+    """The workers a step started, per target, and the streams that could not run."""
+
+    active: list                      # every started worker
+    by_target: list[list]             # the started workers of each target of the step
+    unavailable: list[str]            # why some workers' streams did not run
+
+
 def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], total_steps: int | None) -> bool:
     """Run one step (each target at its own level), write its rows; False when it did not complete."""
-    run_id, sink, log, load = ctx.run_id, ctx.sink, ctx.log, ctx.exp.load
     by_name = {t.config.name: t for t in all_targets}
     step, targets, infos = _before_step(ctx, step, [by_name[name] for name in step.targets])
     if not targets:
@@ -308,107 +323,153 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     t_before = now_ns()
     for t, info in zip(targets, infos):
         t.info = info
-        _write_server_info_samples(sink, run_id, step.step_id, t, info, t_before, "before")
+        _write_server_info_samples(ctx.sink, ctx.run_id, step.step_id, t, info, t_before, "before")
+    times = _plan_times(ctx.exp.load, step)
+    sink_incarnation = ray.get(ctx.sink.incarnation.remote())
+    started = _start_workers(ctx, step, targets, times)
+    name = f"[step {step.step_id + 1}" + (f"/{total_steps}]" if total_steps is not None else "]")
+    _log_start(ctx, step, times, name)
+    interrupted: BaseException | None = None
+    ends = [times.measure_end] * len(targets)    # each target's window end
+    try:
+        drain, ends = _wait_out(ctx, step, targets, started, times)
+    except KeyboardInterrupt as exc:   # Ctrl-C or SIGTERM: cut and write what the workers hold, then stop the run
+        interrupted, drain = exc, Drain(False, {})
+    cut = "cut: the run was stopped" if interrupted else "cut at the end of the step (drain)"
+    counts = stop_workers(started.active, drain, cut)
+    t_end = now_ns()
+    if times.counted or interrupted and times.adaptive:   # no window end was set: the step's end closes it
+        ends = [min(e, t_end) for e in ends]
+    lost = write_lost_rows(ctx.sink, ctx.run_id, step.step_id, drain.dead)
+    reasons = _step_reasons(ctx, started, drain, lost, interrupted, sink_incarnation)
+    checks = [serverdeath.check_server(t, ctx.exp.load) if not interrupted else (t.info, None) for t in targets]
+    _write_step_rows(ctx, step, targets, checks, counts, reasons, (times, ends, t_end))
+    deaths = _after_server_deaths(ctx, step.step_id, targets, [d for _, d in checks], t_end)
+    reason = "; ".join(reasons)
+    _log_done(ctx, name, counts, lost, interrupted, reason, (t_end - times.start) / 1e9)
+    load = ctx.exp.load
+    if interrupted:
+        raise interrupted
+    if drain.budget or ((drain.dead or started.unavailable) and load.on_worker_death == "stop"):
+        raise StepAborted(f"step {step.step_id}: {reason}")
+    if deaths and load.on_server_death == "stop":
+        raise StepAborted(f"step {step.step_id}: " + "; ".join(d.describe for d in deaths))
+    return not reasons
+
+
+def _plan_times(load: LoadConfig, step: PlannedStep) -> _Times:
+    """The step starts START_DELAY_S from now, so that every worker has its orders before the shared start."""
     t_start = now_ns() + int(START_DELAY_S * 1e9)
     counted = load.requests is not None
     t_ms = t_start if counted else t_start + int(load.warmup_s * 1e9)
     measure_s = step.measure_s or load.measure_s
     t_me = _FOREVER if counted else t_ms + int(measure_s * 1e9)
-    adaptive = not counted and load.open_loop is None   # closed loop: the driver closes each target's window
-    active, unavailable = [], []
-    by_target: list[list] = [[] for _ in targets]
-    sink_incarnation = ray.get(sink.incarnation.remote())
-    for group, t, level in zip(by_target, targets, step.loads):
+    adaptive = not counted and load.open_loop is None
+    return _Times(t_start, t_ms, t_me, measure_s, counted, adaptive)
+
+
+def _start_workers(ctx: RunContext, step: PlannedStep, targets: list[_Target], times: _Times) -> _Started:
+    """Give every worker its share of each target's level (streams, or arrivals in open loop) and quota."""
+    load = ctx.exp.load
+    started = _Started([], [[] for _ in targets], [])
+    for group, t, level in zip(started.by_target, targets, step.loads):
         shares = split_concurrency(level.concurrency, len(t.workers))
         quotas = (split_concurrency(load.requests, len(t.workers)) if load.requests is not None   # counted
                   else [None] * len(shares))
         for i, (worker, share, quota) in enumerate(zip(t.workers, shares, quotas)):
-            if share and quota != 0:
-                open_loop = load.open_loop
-                arrival = None if level.rate is None or open_loop is None else ArrivalSpec(
-                    open_loop.arrival, level.rate, open_loop.burstiness, open_loop.seed, i,
-                    len(t.workers), max_in_flight=share)
-                spec = StepSpec(run_id, step.step_id, share if arrival is None else None, t_start, t_ms,
-                                _FOREVER if adaptive else t_me,
-                                load.stall_timeout_s, load.request_timeout_s, sample_server=worker is t.workers[0],
-                                max_requests=quota, arrivals=arrival, stagger=i / len(t.workers),
-                                realtime_priority=load.realtime_priority,
-                                t_measure_min_end_ns=t_me if adaptive else None)
-                try:
-                    ray.get(worker.start_step.remote(spec))
-                    active.append(worker)
-                    group.append(worker)
-                except ray.exceptions.RayActorError as exc:   # died in an earlier step, restarts used up
-                    unavailable.append(f"worker {t.config.name}.w{i} unavailable ({exc.__class__.__name__}): "
-                                       f"its {share} streams were not run")
-    window = f"{load.requests} requests per target" if counted else (
-        f"warm-up {load.warmup_s:g} s, measure {measure_s:g} s")
-    name = f"[step {step.step_id + 1}" + (f"/{total_steps}]" if total_steps is not None else "]")
+            if not share or quota == 0:
+                continue
+            open_loop = load.open_loop
+            arrival = None if level.rate is None or open_loop is None else ArrivalSpec(
+                open_loop.arrival, level.rate, open_loop.burstiness, open_loop.seed, i,
+                len(t.workers), max_in_flight=share)
+            spec = StepSpec(ctx.run_id, step.step_id, share if arrival is None else None, times.start,
+                            times.measure_start, _FOREVER if times.adaptive else times.measure_end,
+                            load.stall_timeout_s, load.request_timeout_s, sample_server=worker is t.workers[0],
+                            max_requests=quota, arrivals=arrival, stagger=i / len(t.workers),
+                            realtime_priority=load.realtime_priority,
+                            t_measure_min_end_ns=times.measure_end if times.adaptive else None)
+            try:
+                ray.get(worker.start_step.remote(spec))
+                started.active.append(worker)
+                group.append(worker)
+            except ray.exceptions.RayActorError as exc:   # died in an earlier step, restarts used up
+                started.unavailable.append(f"worker {t.config.name}.w{i} unavailable "
+                                           f"({exc.__class__.__name__}): its {share} streams were not run")
+    return started
+
+
+def _log_start(ctx: RunContext, step: PlannedStep, times: _Times, name: str) -> None:
+    load = ctx.exp.load
+    window = f"{load.requests} requests per target" if times.counted else (
+        f"warm-up {load.warmup_s:g} s, measure {times.measure_s:g} s")
     repeat = "" if step.loads[0].probe else f" repeat {step.repeat}"   # a search's probe says which run it is
-    log(f"{name} {_describe_loads(step.loads)}{repeat}: {window}")
-    interrupted: BaseException | None = None
-    ends = [t_me] * len(targets)    # each target's window end
-    try:
-        if load.requests is not None:   # counted
-            # each request is bounded by its own timeouts, so the step is too: no step deadline cuts it early
-            bound_s = load.requests * (load.request_timeout_s + 1) + 10
-            drain = _wait_for_drain(active, t_start, now_ns() + int(bound_s * 1e9), load, counted=True)
-        else:
-            if adaptive:
-                needs = [load.min_measured or max(level.concurrency, step.min_measured or 0) for level in step.loads]
-                max_s = step.max_measure_s or load.max_measure_s or 5 * load.measure_s
-                ends = _close_windows(by_target, [t.config.name for t in targets], t_me, measure_s, max_s, needs, log)
-            t_me = max(ends)
-            drain = _wait_for_drain(active, t_me, t_me + int(load.drain_timeout_s * 1e9), load)
-    except KeyboardInterrupt as exc:   # Ctrl-C or SIGTERM: cut and write what the workers hold, then stop the run
-        interrupted, drain = exc, _Drain(False, {})
-    cut = "cut: the run was stopped" if interrupted else "cut at the end of the step (drain)"
-    counts = _stop_workers(active, drain, cut)
-    t_end = now_ns()
-    if counted or interrupted and adaptive:   # no window end was set: the step's end closes it
-        ends = [min(e, t_end) for e in ends]
-    lost = _write_lost_rows(sink, run_id, step.step_id, drain.dead)
-    reasons = unavailable + [f"worker {_worker_name(p)} died ({why}): {n} requests recorded as lost"
-                             for (p, why), n in zip(drain.dead.values(), lost)]
+    ctx.log(f"{name} {_describe_loads(step.loads)}{repeat}: {window}")
+
+
+def _wait_out(ctx: RunContext, step: PlannedStep, targets: list[_Target], started: _Started, times: _Times
+              ) -> tuple[Drain, list[int]]:
+    """Wait through the window and the drain; returns how the drain ended and each target's window end."""
+    load = ctx.exp.load
+    ends = [times.measure_end] * len(targets)
+    if times.counted:
+        # each request is bounded by its own timeouts, so the step is too: no step deadline cuts it early
+        assert load.requests is not None
+        bound_s = load.requests * (load.request_timeout_s + 1) + 10
+        return wait_for_drain(started.active, times.start, now_ns() + int(bound_s * 1e9), load, counted=True), ends
+    if times.adaptive:
+        needs = [load.min_measured or max(level.concurrency, step.min_measured or 0) for level in step.loads]
+        max_s = step.max_measure_s or load.max_measure_s or 5 * load.measure_s
+        ends = close_windows(started.by_target, [t.config.name for t in targets], times.measure_end,
+                             times.measure_s, max_s, needs, ctx.log)
+    t_me = max(ends)
+    return wait_for_drain(started.active, t_me, t_me + int(load.drain_timeout_s * 1e9), load), ends
+
+
+def _step_reasons(ctx: RunContext, started: _Started, drain: Drain, lost: list[int],
+                  interrupted: BaseException | None, sink_incarnation: int) -> list[str]:
+    """Why the step is incomplete (nothing when it ran in full)."""
+    reasons = started.unavailable + [f"worker {p.worker if p else '?'} died ({why}): {n} requests recorded as lost"
+                                     for (p, why), n in zip(drain.dead.values(), lost)]
     if interrupted:
         reasons.append(f"run stopped ({_why_stopped(interrupted)}); requests in flight were cut")
     elif drain.budget:
         reasons.append(drain.budget)
     elif not drain.drained and not drain.dead:
-        reasons.append(f"drain timed out after {load.drain_timeout_s:g} s; measured requests were cut")
-    if ray.get(sink.incarnation.remote()) != sink_incarnation:
+        reasons.append(f"drain timed out after {ctx.exp.load.drain_timeout_s:g} s; measured requests were cut")
+    if ray.get(ctx.sink.incarnation.remote()) != sink_incarnation:
         reasons.append("the results sink restarted during the step; rows it held in memory were lost")
-    checks = [serverdeath.check_server(t, load) if not interrupted else (t.info, None) for t in targets]
-    status = "complete" if not reasons else "incomplete"
-    reason = "; ".join(reasons)
+    return reasons
+
+
+def _write_step_rows(ctx: RunContext, step: PlannedStep, targets: list[_Target], checks: list, counts: list[dict],
+                     reasons: list[str], when: tuple[_Times, list[int], int]) -> None:
+    """One `steps` row per target (its status, why, the server's state after the step), flushed to disk."""
+    times, ends, t_end = when
     notes = _stall_notes(ctx, step.step_id, targets, [d for _, d in checks], counts)
     rows = []
     for t, level, (info_after, death), t_window_end in zip(targets, step.loads, checks, ends):
-        _write_server_info_samples(sink, run_id, step.step_id, t, info_after or t.info, t_end, "after")
+        _write_server_info_samples(ctx.sink, ctx.run_id, step.step_id, t, info_after or t.info, t_end, "after")
         mine = _reasons_for(reasons, t.config.name)
         own = (death.describe,) if death else ()   # the target's server died: its level failed (an SLO fail)
         row_status = "failed" if death else "incomplete" if mine else "complete"
         note = notes.get(t.config.name)   # slow, not hung: said, but not a reason the step is incomplete
-        rows.append(_step_row(ctx, step, level, t, (t_start, t_ms, t_window_end, t_end), row_status,
-                              "; ".join((*mine, *own, *([note] if note else [])))))
-    sink.write.remote({"steps": schema.batch_from_rows("steps", rows)})
-    ray.get(sink.flush.remote())
-    deaths = _after_server_deaths(ctx, step.step_id, targets, [d for _, d in checks], t_end)
+        rows.append(_step_row(ctx, step, level, t, (times.start, times.measure_start, t_window_end, t_end),
+                              row_status, "; ".join((*mine, *own, *([note] if note else [])))))
+    ctx.sink.write.remote({"steps": schema.batch_from_rows("steps", rows)})
+    ray.get(ctx.sink.flush.remote())
+
+
+def _log_done(ctx: RunContext, name: str, counts: list[dict], lost: list[int], interrupted: BaseException | None,
+              reason: str, seconds: float) -> None:
     total: dict[str, int] = {"lost": sum(lost)} if any(lost) else {}
     for c in counts:
         for k, v in c.items():
             total[k] = total.get(k, 0) + v
     # `cancelled` requests are the ones cut when the step ended (the drain's by design): not failures
     words = {"cancelled": "cut at the stop" if interrupted else "cut at step end (drain)"}
-    log(f"{name} done in {(t_end - t_start) / 1e9:.1f} s: "
-        + ", ".join(f"{v} {words.get(k, k)}" for k, v in sorted(total.items())) + (f" ({reason})" if reason else ""))
-    if interrupted:
-        raise interrupted
-    if drain.budget or ((drain.dead or unavailable) and load.on_worker_death == "stop"):
-        raise StepAborted(f"step {step.step_id}: {reason}")
-    if deaths and load.on_server_death == "stop":
-        raise StepAborted(f"step {step.step_id}: " + "; ".join(d.describe for d in deaths))
-    return status == "complete"
+    done = ", ".join(f"{v} {words.get(k, k)}" for k, v in sorted(total.items()))
+    ctx.log(f"{name} done in {seconds:.1f} s: {done}" + (f" ({reason})" if reason else ""))
 
 
 def _reasons_for(reasons: list[str], target: str) -> list[str]:
@@ -487,122 +548,6 @@ def _after_server_deaths(ctx: RunContext, step_id: int, targets: list[_Target], 
     return [d for _, d in found]
 
 
-def _close_windows(groups: list[list], names: list[str], t_min_end: int, measure_s: float, max_measure_s: float,
-                   needs: list[int], log) -> list[int]:
-    """End each target's closed-loop window once it is `measure_s` long and `needs[g]` requests (default: C;
-    a search asks for enough for a clear call) were sent inside it, or at `max_measure_s`: with requests longer
-    than the window, a fixed window could hold no measured request at all. Returns each target's window end."""
-    t_ms = t_min_end - int(measure_s * 1e9)
-    t_max_end = t_ms + int(max_measure_s * 1e9)
-    ends: list[int | None] = [None] * len(groups)
-    while now_ns() < t_min_end:
-        time.sleep(min(POLL_S, max((t_min_end - now_ns()) / 1e9, 0.0)))
-    while None in ends:
-        for g, workers in enumerate(groups):
-            if ends[g] is not None:
-                continue
-            enough = sum(_measure_sent(w) for w in workers) >= needs[g]
-            t = now_ns()  # after the counts: a request sent while they were read is counted and stays measured
-            if enough or t >= t_max_end:
-                ends[g] = t
-                for w in workers:
-                    w.close_window.remote(t)
-                if t > t_min_end + POLL_S * 2e9:
-                    log(f"  {names[g]}: window extended to {(t - t_ms) / 1e9:.1f} s to hold {needs[g]} measured "
-                        "requests" + (" (max_measure_s reached)" if t >= t_max_end else ""))
-        if None in ends:
-            time.sleep(POLL_S)
-    return ends  # type: ignore[return-value]
-
-
-def _measure_sent(worker) -> int:
-    """Requests a worker sent inside the open window (0 for a dead worker: the drain wait deals with it)."""
-    try:
-        return ray.get(worker.measure_sent_count.remote(now_ns()))  # the window reaches at least this far
-    except ray.exceptions.RayActorError:
-        return 0
-
-
-def _wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load, counted: bool = False) -> _Drain:
-    """Sleep through the window, then poll until no measured request is open (drained) or the deadline.
-    A fixed-count step is over when every worker has sent its quota and nothing is in flight. Every poll
-    keeps each worker's last progress (its unsettled requests, should it die) and checks the error budget;
-    a worker that stops answering is dead for the rest of the step (on_worker_death = "stop" ends it)."""
-    last: dict[int, dict] = {}
-    dead: dict[int, tuple[dict, str]] = {}
-    while True:
-        if now_ns() < t_measure_end:
-            time.sleep(min(POLL_S, max((t_measure_end - now_ns()) / 1e9, 0.0)))
-        for i, ref in [(i, w.progress.remote()) for i, w in enumerate(workers) if i not in dead]:
-            try:
-                last[i] = ray.get(ref)
-            except ray.exceptions.RayActorError as exc:
-                dead[i] = (last.get(i, {}), exc.__class__.__name__)
-        live = [last[i] for i in last if i not in dead]
-        budget = _over_budget(load.error_budget, [*live, *(p for p, _ in dead.values())])
-        if budget or (dead and load.on_worker_death == "stop") or not live:
-            return _Drain(False, dead, budget)
-        if now_ns() >= t_measure_end and all(
-                p["measure_open"] == 0 and (not counted or p["quota_done"]) for p in live):
-            return _Drain(not dead, dead)
-        if now_ns() >= t_deadline:
-            return _Drain(False, dead)
-        if now_ns() >= t_measure_end:
-            time.sleep(POLL_S)
-
-
-def _over_budget(budget: float | None, progress: list[dict]) -> str | None:
-    """The reason to stop when a step's failed requests exceed the budget (a count, or a share judged once
-    20 requests have finished); None otherwise."""
-    failed = sum(p.get("failed", 0) for p in progress)
-    finished = sum(p.get("finished", 0) for p in progress)
-    if budget is None or (0 < budget < 1 and finished < 20):
-        return None
-    limit = budget * finished if 0 < budget < 1 else budget
-    if failed <= limit:
-        return None
-    classes: dict[str, int] = {}
-    for p in progress:
-        for k, v in p.get("outcomes", {}).items():
-            if k not in ("ok", "cancelled"):
-                classes[k] = classes.get(k, 0) + v
-    what = ", ".join(f"{v} {k}" for k, v in sorted(classes.items()))
-    allowed = f"{budget:.0%} of {finished}" if 0 < budget < 1 else f"{budget:g}"
-    return f"error budget exceeded: {failed} failed requests ({what}) > {allowed}"
-
-
-def _stop_workers(workers: list, drain: _Drain, reason: str) -> list[dict]:
-    """stop_step on every live worker; one that died meanwhile joins `drain.dead` with its last progress."""
-    refs = {i: w.stop_step.remote(reason) for i, w in enumerate(workers) if i not in drain.dead}
-    counts = []
-    for i, ref in refs.items():
-        try:
-            counts.append(ray.get(ref))
-        except ray.exceptions.RayActorError as exc:
-            drain.dead[i] = ({}, exc.__class__.__name__)
-    return counts
-
-
-def _write_lost_rows(sink, run_id: str, step_id: int, dead: dict[int, tuple[dict, str]]) -> list[int]:
-    """A `lost` row for each request a dead worker held whose row never reached the sink; counts per worker."""
-    counts = []
-    for progress, why in dead.values():
-        rows = progress.get("unsettled", [])
-        name = _worker_name(progress)
-        written = ray.get(sink.request_ids.remote(step_id, name)) if rows else set()
-        lost = [dict(r, status="lost", error=f"worker {name} died ({why}); last known status: "
-                     f"{r['status'] or 'in flight'}") for r in rows if r["request_id"] not in written]
-        if lost:
-            sink.write.remote({"requests": schema.batch_from_rows("requests", lost)})
-        counts.append(len(lost))
-    return counts
-
-
-def _worker_name(progress: dict) -> str:
-    rows = progress.get("unsettled") or [{}]
-    return rows[0].get("worker") or "?"
-
-
 def _describe_loads(loads: tuple[TargetLoad, ...]) -> str:
     """`C=8 targets a,b`, or each target's own level when they differ (a search), with why it was chosen."""
     if len({(load.level, load.probe) for load in loads}) == 1:
@@ -632,7 +577,7 @@ def _step_row(ctx: RunContext, step: PlannedStep, level: TargetLoad, t: _Target,
     }
 
 
-def _write_server_info_samples(sink, run_id: str, step_id: int, t: _Target, info: dict, t_ns: int,
+def _write_server_info_samples(sink: Any, run_id: str, step_id: int, t: _Target, info: dict, t_ns: int,
                                when: str) -> None:
     rows = [{"run_id": run_id, "step_id": step_id, "target": t.config.name, "node": t.config.node, "t_ns": t_ns,
              "name": name, "value": value, "labels": json.dumps(dict(labels, when=when), sort_keys=True)}
@@ -678,5 +623,7 @@ def _describe(info: dict) -> str:
         return (f"{name} {info.get('server_version') or 'version unknown'}, flavor {info.get('flavor')}, "
                 f"speculative {json.dumps(spec, sort_keys=True) if spec else 'not reported'}, "
                 f"model {info.get('model')}")
-    return (f"SGLang {info.get('version')}{label}, algorithm {info.get('speculative_algorithm') or 'NONE'}, "
-            f"draft tokens {info.get('speculative_num_draft_tokens')}, model {info.get('model_path')}")
+    drafts = info.get("speculative_num_draft_tokens")
+    algorithm = info.get("speculative_algorithm") or "NONE"
+    spec = f"algorithm {algorithm}" + (f", draft tokens {drafts}" if drafts is not None else "")
+    return f"SGLang {info.get('version')}{label}, {spec}, model {info.get('model_path')}"

@@ -4,8 +4,8 @@ Closed loop: the worker keeps exactly `concurrency` requests in flight from the 
 says stop, so the load stays at C through the drain while the measured requests finish. Open loop
 (`StepSpec.arrivals`): each request is sent at its planned arrival time whatever is in flight, up to an in-flight
 cap, through the drain too; the measured requests are those planned inside the window. Rows go to the sink
-as Arrow batches ten times a second; a watchdog cuts stalled streams; a sampler records the worker's own
-event-loop lag, CPU and in-flight count (`client_samples`), the proof that the client kept up.
+as Arrow batches ten times a second (loadgen.shipping); a watchdog cuts stalled streams; a sampler records the
+worker's own event-loop lag, CPU and in-flight count (`client_samples`), the proof that the client kept up.
 """
 
 from __future__ import annotations
@@ -15,67 +15,32 @@ import gc
 import json
 import os
 import re
-from dataclasses import dataclass
 from typing import cast
 
 import aiohttp
 import psutil
-import pyarrow as pa
 import ray
 from ray.experimental import tqdm_ray
 
-from loadgen import arrivals, calibrate, probe, schema, serverid
+from loadgen import arrivals, calibrate, probe, serverid
 from loadgen.clock import now_ns
+from loadgen.config import TargetConfig
 from loadgen.errors import LoadgenError, TargetError
 from loadgen.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
+from loadgen.messages import StepSpec, WorkerProgress
 from loadgen.prompts import Prompt
 from loadgen.protocol import adapter_for
-from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
+from loadgen.protocol.base import SamplingSpec, StreamState
 from loadgen.protocol.openai import OpenAIOptions
+from loadgen.shipping import RowShipper, move_to_drain
+from loadgen.values import counted
 
 SAMPLE_PERIOD_S = 0.5
 WATCHDOG_PERIOD_S = 0.1
 WORKER_NICE = -10          # the worker's threads Ray starts at nice 15 (see _raise_priority)
 LOOP_RT_PRIORITY = 1       # SCHED_FIFO priority of the event-loop thread: the lowest, below every kernel thread
 CONNECT_BACKOFF_S = 0.1     # a slot's pause after a request that could not even connect
-PRUNE_WRITES = 256          # outstanding sink writes before acknowledged ones are dropped
-FLUSH_PERIOD_S = 0.1
 PROGRESS_LINE_S = 5.0       # without live bars (the driver's output is a log): a plain progress line this often
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """What a worker needs to know about its target (the API key is read on the worker, from the env or a
-    file, and never leaves it)."""
-
-    name: str
-    url: str
-    flavor: str
-    node: str
-    api_key_env: str | None = None
-    api_key_file: str | None = None
-    model: str | None = None         # openai-*: None = the first model of GET /v1/models
-    continuous_usage: bool = True
-    spec_details: bool | None = None  # None = when the server is SGLang >= 0.5.23
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    run_id: str
-    step_id: int
-    concurrency: int | None          # this worker's share (closed loop; None in open loop)
-    t_start_ns: int
-    t_measure_start_ns: int
-    t_measure_end_ns: int
-    stall_timeout_s: float
-    request_timeout_s: float
-    sample_server: bool              # this worker also samples the server (one per target)
-    max_requests: int | None = None  # fixed-count step: this worker's quota, all in phase 'measure'
-    stagger: float = 0.0             # this worker's phase in [0, 1) of the slot start spacing (its index / W)
-    arrivals: arrivals.ArrivalSpec | None = None  # open loop: this worker's arrivals and in-flight cap
-    realtime_priority: bool = True   # the event-loop thread reads at SCHED_FIFO (see _raise_priority)
-    t_measure_min_end_ns: int | None = None  # closed loop: the window lasts at least this long, then the
-    #                                          driver ends it (close_window); None: t_measure_end_ns
 
 
 @ray.remote(num_cpus=0)
@@ -92,9 +57,10 @@ class PromptPool:
 
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=3)  # a crashed worker comes back for the next step
 class LoadWorker:
-    def __init__(self, name: str, target: TargetSpec, prompts: tuple[str, int], sampling: SamplingSpec,
+    def __init__(self, name: str, target: TargetConfig, url: str, prompts: tuple[str, int], sampling: SamplingSpec,
                  sink: str, progress_bars: bool = True) -> None:
-        """`prompts` names a PromptPool actor and this worker's shard in it, fetched when a step starts; `sink`
+        """`url`: the target's server (its own, or the one loadgen launched for it).
+        `prompts` names a PromptPool actor and this worker's shard in it, fetched when a step starts; `sink`
         is the results sink's actor name. Names, not the prompts or handles: Ray keeps a large argument or a
         handle in the object store, and logs an error for a restartable actor with such arguments.
         `progress_bars`: live tqdm bars for a driver on a terminal, else a plain line every PROGRESS_LINE_S
@@ -104,10 +70,10 @@ class LoadWorker:
         self.progress_label = ""
         self.progress_next_ns = 0
         self.target = target
+        self.url = url
         self.prompt_source = prompts
         self.prompts: list[Prompt] = []
         self.sampling = sampling
-        self.sink = ray.get_actor(sink)
         self.api_key, self.key_problem = _read_api_key(target)
         # flavor "auto": the adapter is chosen by preflight/configure, from the server's identity
         self.flavor: str | None = None if target.flavor == "auto" else target.flavor
@@ -115,16 +81,12 @@ class LoadWorker:
         self.options: OpenAIOptions | None = None  # openai-*: set by preflight/configure before any load
         self.identity: dict | None = None  # loadgen.serverid's answer (first worker of a target: preflight)
         self.warned_early_stop = False     # a server that ignores ignore_eos is named once (per worker)
-        self.endpoint = Endpoint(target.url, self.api_key)
-        self.frames = FrameBuffer()
-        self.finished: list[StreamState] = []
-        self.in_transit: list[tuple[ray.ObjectRef, list[StreamState]]] = []  # requests rows not yet acked
+        self.endpoint = Endpoint(url, self.api_key)
+        self.shipper = RowShipper(ray.get_actor(sink).write.remote, name, target.name, target.node)
         self.streams: dict[str, StreamExchange] = {}
         self.reads = ReadLoop()
         self.process = psutil.Process()
         gc.freeze()  # the prompt pool and Ray's state never become garbage: keep them out of every GC pass
-        self.pending_writes: list[ray.ObjectRef] = []
-        self.write_checks: list[asyncio.Future] = []  # finished writes whose errors stop_step must still raise
         self.step: StepSpec | None = None
         self.issuing = False
         self.run_task: asyncio.Task | None = None
@@ -134,7 +96,6 @@ class LoadWorker:
         self.measure_open = 0
         self.measure_sent = 0
         self.window_end_ns = 0
-        self.window_open_until_ns = 0  # the window is known to reach at least this far (see _flush)
         self.sent = 0
         self.outcomes: dict[str, int] = {}
         self.session: aiohttp.ClientSession | None = None
@@ -149,7 +110,7 @@ class LoadWorker:
     async def server_info(self) -> dict:
         """SGLang's /get_server_info; for openai-* flavours whatever the server says (algorithm UNKNOWN when it
         is not SGLang), so steps rows carry the algorithm and draft tokens whenever they can be known."""
-        session, url = await self._session(), self.target.url
+        session, url = await self._session(), self.url
         ident = self.identity or {}
         if self.flavor == "sglang" or ident.get("server") == serverid.SGLANG:
             return dict(await probe.server_info(session, url, self.api_key), **ident)
@@ -172,15 +133,15 @@ class LoadWorker:
         if self.key_problem:
             raise TargetError(f"target {self.target.name}: {self.key_problem}")
         t = self.target
-        ident = await serverid.identify(await self._session(), t.url, self.api_key)
+        ident = await serverid.identify(await self._session(), self.url, self.api_key)
         self.flavor = t.flavor if t.flavor != "auto" else ident.flavor
         self.identity = identity_info(ident, self.flavor)
         if self.flavor == "sglang":
             self.adapter = adapter_for("sglang")
             return await self.server_info(), None
-        models = await probe.openai_models(await self._session(), t.url, self.api_key)
+        models = await probe.openai_models(await self._session(), self.url, self.api_key)
         if t.model is not None and t.model not in models:
-            raise TargetError(f"target {t.name}: model {t.model!r} is not served by {t.url} (it serves "
+            raise TargetError(f"target {t.name}: model {t.model!r} is not served by {self.url} (it serves "
                               f"{', '.join(models)}); fix the target's `model` or leave it out")
         info = await self.server_info()
         sglang = ident.name == serverid.SGLANG
@@ -211,7 +172,7 @@ class LoadWorker:
     async def flush_cache(self) -> None:
         if self.options is not None and not self.options.sglang:
             return  # an OpenAI server other than SGLang has no /flush_cache
-        await probe.flush_cache(await self._session(), self.target.url, self.api_key)
+        await probe.flush_cache(await self._session(), self.url, self.api_key)
 
     async def close(self) -> None:
         """Release the control-call connection pool (end of run)."""
@@ -236,8 +197,7 @@ class LoadWorker:
         self.measure_open = 0
         self.measure_sent = 0
         self.window_end_ns = step.t_measure_end_ns
-        self.window_open_until_ns = (step.t_measure_end_ns if step.t_measure_min_end_ns is None
-                                     else step.t_measure_min_end_ns)
+        self.shipper.begin(step)
         self.sent = 0
         self.outcomes = {}
         level = f"C={step.concurrency}" if step.arrivals is None else f"rate={step.arrivals.rate:g}/s"
@@ -257,7 +217,8 @@ class LoadWorker:
             ramp_ns = (step.t_measure_start_ns - step.t_start_ns) / step.concurrency
             self.slot_tasks = [asyncio.create_task(self._slot(step, cursor, (k + step.stagger) * ramp_ns))
                                for k in range(step.concurrency)]
-        self.background = [asyncio.create_task(self._watchdog(step)), asyncio.create_task(self._flusher(step)),
+        self.background = [asyncio.create_task(self._watchdog(step)),
+                           asyncio.create_task(self.shipper.keep_flushing()),
                            asyncio.create_task(self._sampler(step))]
 
     async def _slot(self, step: StepSpec, cursor, start_delay_ns: float) -> None:
@@ -302,7 +263,7 @@ class LoadWorker:
         phase = ("warmup" if t_scheduled < step.t_measure_start_ns else
                  "measure" if t_scheduled < self.window_end_ns else "drain")
         state = StreamState(f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", prompt, phase, t_scheduled,
-                            self.frames)
+                            self.shipper.frames)
         adapter = self.adapter
         assert adapter is not None   # chosen at start, or by preflight/configure before any load
         body = adapter.body(state.request_id, prompt, self.sampling)
@@ -324,7 +285,7 @@ class LoadWorker:
                 self.measure_open -= 1
             status = cast(str, state.status)   # set: every path above closes the state
             self.outcomes[status] = self.outcomes.get(status, 0) + 1
-            self.finished.append(state)
+            self.shipper.add(state)
             if state.finish_reason == "stop" and self.sampling.ignore_eos and not self.warned_early_stop:
                 self._warn_early_stop(state)
         return status
@@ -346,43 +307,25 @@ class LoadWorker:
         """The driver ends a closed-loop window (it lasts until enough requests were sent in it): requests
         sent at or after `t_end_ns` belong to the drain, also those this worker sent before hearing it."""
         self.window_end_ns = t_end_ns
-        self.window_open_until_ns = max(self.window_open_until_ns, t_end_ns)
-        running = [(p.state, True) for p in self.streams.values()]
-        done = [(state, False) for state in self.finished]  # a very short request, row not yet shipped
-        for state, in_flight in running + done:
-            if state.phase == "measure" and state.t_scheduled_ns >= t_end_ns:
-                state.phase = "drain"
-                self.measure_sent -= 1
-                self.measure_open -= in_flight
+        running = move_to_drain([p.state for p in self.streams.values()], t_end_ns)
+        held = self.shipper.close_window(t_end_ns)  # very short requests, rows not yet shipped
+        self.measure_sent -= running + held
+        self.measure_open -= running
 
     async def measure_sent_count(self, t_open_ns: int) -> int:
         """Requests sent inside the open window: the driver's poll while it decides the window's end (cheaper
         than `progress`, which also builds every unsettled row). The driver stamps `t_open_ns` before it asks
         and the end after it has the counts, so the window reaches at least `t_open_ns`."""
-        self.window_open_until_ns = max(self.window_open_until_ns, t_open_ns)
+        self.shipper.window_reaches(t_open_ns)
         return self.measure_sent
 
-    async def progress(self) -> dict:
+    async def progress(self) -> WorkerProgress:
         """What the driver needs to decide when the drain is over."""
         step = self.step
         quota_done = step is not None and step.max_requests is not None and self.sent >= step.max_requests
-        failed = sum(v for k, v in self.outcomes.items() if k not in ("ok", "cancelled"))
-        return {"in_flight": len(self.streams), "measure_open": self.measure_open, "sent": self.sent,
-                "quota_done": quota_done, "finished": sum(self.outcomes.values()), "failed": failed,
-                "outcomes": dict(self.outcomes), "unsettled": self._unsettled_rows(step)}
-
-    def _unsettled_rows(self, step: StepSpec | None) -> list[dict]:
-        """Rows (as they stand) of every request whose row the sink has not acknowledged: if this worker
-        dies, the driver writes these as `lost`, so a request is never missing."""
-        if step is None:
-            return []
-        if self.in_transit:
-            acked, _ = ray.wait([ref for ref, _ in self.in_transit], num_returns=len(self.in_transit), timeout=0)
-            done = set(acked)
-            self.in_transit = [(ref, states) for ref, states in self.in_transit if ref not in done]
-        states = [p.state for p in self.streams.values()] + self.finished
-        states += [s for _, shipped in self.in_transit for s in shipped]
-        return [self._row(step, s) for s in states]
+        unsettled = self.shipper.unsettled(p.state for p in self.streams.values())
+        return WorkerProgress(self.name, len(self.streams), self.measure_open, self.sent, quota_done,
+                              dict(self.outcomes), unsettled)
 
     async def stop_step(self, reason: str = "step ended") -> dict:
         """Stop issuing, cut what is still running (status cancelled), write every row, return counts."""
@@ -409,15 +352,10 @@ class LoadWorker:
         self.endpoint.close_idle()
         if step.sample_server and self.session is not None:  # a last server sample, after the last request
             try:
-                self._write_samples(step, {"t_ns": []}, await self._server_rows(self.session, step))
+                self.shipper.write_samples({"t_ns": []}, await self._server_rows(self.session, step))
             except (aiohttp.ClientError, TimeoutError, LoadgenError):
                 pass
-        self.window_open_until_ns = self.window_end_ns  # the step is over: every row ships as it stands
-        await self._flush(step)
-        await asyncio.gather(*self.pending_writes, *self.write_checks)
-        self.pending_writes.clear()
-        self.write_checks.clear()
-        self.in_transit.clear()
+        await self.shipper.end_step()
         self.step = None
         return dict(self.outcomes)
 
@@ -432,11 +370,6 @@ class LoadWorker:
                     protocol.cut("timeout", f"no data for {step.stall_timeout_s:g} s (stall timeout)")
                 elif t - protocol.state.t_scheduled_ns > total_ns:
                     protocol.cut("timeout", f"request took over {step.request_timeout_s:g} s (request timeout)")
-
-    async def _flusher(self, step: StepSpec) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_PERIOD_S)
-            await self._flush(step)
 
     async def _sampler(self, step: StepSpec) -> None:
         rows: dict[str, list] = {k: [] for k in ("t_ns", "loop_lag_ms", "read_delay_max_ms", "cpu_percent",
@@ -459,7 +392,7 @@ class LoadWorker:
             if session is not None and tick % 2 == 0:
                 server_rows += await self._server_rows(session, step)
             if tick % 4 == 0:
-                self._write_samples(step, rows, server_rows)
+                self.shipper.write_samples(rows, server_rows)
                 rows = {k: [] for k in rows}
                 server_rows = []
 
@@ -468,11 +401,11 @@ class LoadWorker:
         ident = self.identity or {}
         routes = ident.get("routes") or {}
         # Routes that preflight found missing are not polled (a 404 every second fills the server's log).
-        samples = (await probe.metrics_samples(session, self.target.url, self.api_key)
+        samples = (await probe.metrics_samples(session, self.url, self.api_key)
                    if routes.get("/metrics", 200) == 200 else [])
         if not ident or ident.get("server") == serverid.SGLANG:
             try:  # the server's own running figures (acceptance, throughput) next to /metrics
-                info = await probe.server_info(session, self.target.url, self.api_key, within_s=1.0)
+                info = await probe.server_info(session, self.url, self.api_key, within_s=1.0)
                 samples += [(n, v, dict(labels, when="during")) for n, v, labels in probe.server_info_samples(info)]
             except LoadgenError:
                 pass  # a busy server that misses one sample is not a failure of the step
@@ -486,87 +419,9 @@ class LoadWorker:
         if self.bar is not None:
             self.bar.update(done - self.bar.n)
         elif not self.progress_bars and (final or now_ns() >= self.progress_next_ns):
-            print(f"{self.progress_label}: {done} requests finished, {len(self.streams)} in flight", flush=True)
+            line = f"{self.progress_label}: {counted(done, 'request')} finished, {len(self.streams)} in flight"
+            print(line, flush=True)
             self.progress_next_ns = now_ns() + int(PROGRESS_LINE_S * 1e9)
-
-    # writing
-    def _write_samples(self, step: StepSpec, rows: dict[str, list], server_rows: list[dict]) -> None:
-        batches = {}
-        if rows["t_ns"]:
-            constants = {"run_id": step.run_id, "step_id": step.step_id, "worker": self.name,
-                         "node": self.target.node, "target_in_flight": step.concurrency}
-            batches["client_samples"] = schema.batch_from_columns("client_samples", rows, constants)
-        if server_rows:
-            batches["server_samples"] = schema.batch_from_rows("server_samples", server_rows)
-        self._send(batches)
-
-    async def _flush(self, step: StepSpec) -> None:
-        """Ship buffered frames and finished requests to the sink in one call (fire and forget, awaited at
-        step end). The frames batch is built in pieces, the reads that arrived meanwhile first after each:
-        built at once, a 5,000-row batch held the event loop 4-12 ms, and every stream got a frame coalesced.
-        Few large calls even so, because a Ray call costs ~2 ms of CPU (all processes) whatever its size."""
-        n = len(self.frames)
-        batches = {}
-        if n:  # rows stay buffered until sent: a cancelled flusher loses none
-            columns = {}
-            for name, values in self.frames.columns().items():
-                columns[name] = schema.column("frames", name, values[:n])
-                await asyncio.sleep(0)
-            constants = {"run_id": step.run_id, "step_id": step.step_id}
-            batches["frames"] = schema.batch_from_columns("frames", columns, constants)
-        done, self.finished = self._decided(self.finished)
-        if done:
-            batches["requests"] = schema.batch_from_rows("requests", [self._row(step, s) for s in done])
-        sent = self._send(batches)
-        self.frames.drop(n)
-        if done and sent is not None:   # rows to ship make a batch, so a call was sent
-            self.in_transit.append((sent, done))
-
-    def _decided(self, finished: list[StreamState]) -> tuple[list[StreamState], list[StreamState]]:
-        """(rows to ship, rows to hold): a measured request sent after the point the window is known to reach
-        waits for `close_window`, which may move it to the drain. The driver stamps the end before it tells
-        the workers; shipped at once, a short request sent in between would have kept phase `measure`."""
-        open_until = self.window_open_until_ns
-        ship: list[StreamState] = []
-        hold: list[StreamState] = []
-        for state in finished:
-            (hold if state.phase == "measure" and state.t_scheduled_ns >= open_until else ship).append(state)
-        return ship, hold
-
-    def _send(self, batches: dict[str, pa.RecordBatch]) -> ray.ObjectRef | None:
-        """One sink call for `batches` (none when empty); returns its ref. (Not `pending_writes[-1]`: the
-        prune below may reorder or shorten that list.)"""
-        if not batches:
-            return None
-        ref = self.sink.write.remote(batches)
-        self.pending_writes.append(ref)
-        if len(self.pending_writes) >= PRUNE_WRITES:
-            self._prune_writes()
-        return ref
-
-    def _prune_writes(self) -> None:
-        """Forget acknowledged writes: a long step would otherwise hold one ref per flush (memory grows with
-        run length). Finished ones are awaited (not ray.get: that blocks an async actor's loop), and a failed
-        one is kept, so stop_step still raises its error."""
-        done, self.pending_writes = ray.wait(self.pending_writes, num_returns=len(self.pending_writes), timeout=0)
-        if done:
-            self.write_checks.append(asyncio.gather(*done))
-        self.write_checks = [c for c in self.write_checks if not c.done() or c.exception() is not None]
-
-    def _row(self, step: StepSpec, s: StreamState) -> dict:
-        return {
-            "run_id": step.run_id, "step_id": step.step_id, "request_id": s.request_id,
-            "server_request_id": s.server_request_id, "target": self.target.name, "node": self.target.node,
-            "worker": self.name, "phase": s.phase, "prompt_id": s.prompt.prompt_id,
-            "prompt_kind": s.prompt.kind, "template": s.prompt.template, "prompt_tokens": s.prompt_tokens,
-            "prompt_tokens_target": s.prompt.target_tokens,
-            "completion_tokens": s.completion_tokens, "cached_tokens": s.cached_tokens,
-            "spec_verify_ct": s.spec_verify_ct, "spec_accept_length": s.spec_accept_length,
-            "finish_reason": s.finish_reason, "t_scheduled_ns": s.t_scheduled_ns, "t_sent_ns": s.t_sent_ns,
-            "t_headers_ns": s.t_headers_ns, "t_first_token_ns": s.t_first_token_ns,
-            "t_last_token_ns": s.t_last_token_ns, "t_done_ns": s.t_done_ns, "server_e2e_s": s.server_e2e_s,
-            "num_frames": s.num_frames, "status": s.status, "http_status": s.http_status, "error": s.error,
-        }
 
 
 def identity_info(ident: serverid.ServerId, flavor: str) -> dict:
@@ -583,7 +438,7 @@ def identity_info(ident: serverid.ServerId, flavor: str) -> dict:
     return info
 
 
-def _read_api_key(target: TargetSpec) -> tuple[str | None, str | None]:
+def _read_api_key(target: TargetConfig) -> tuple[str | None, str | None]:
     """(key, problem): from the environment or a file on this node; the problem is raised at preflight."""
     if target.api_key_env:
         key = os.environ.get(target.api_key_env)
@@ -617,16 +472,15 @@ async def _sleep_until(t_ns: int) -> None:
 
 
 def _raise_priority(realtime: bool) -> None:
-    """Reads are dated by the kernel, but a socket read over 5 ms late holds two frames of a stream, which
-    then share one stamp. On a core shared with Ray's own processes (raylet, GCS, dashboard agent, sink) the
-    event-loop thread (called from it: Linux priority is per thread) was preempted in 1-7 ms slices even at
-    nice -10, and waited up to 11 ms for the GIL held by threads Ray starts at nice 15, which every process
-    at nice 0 preempts (perf sched). So the loop thread becomes SCHED_FIFO at the lowest real-time priority
-    (threads it creates revert to normal), and the worker's nice-15 threads get WORKER_NICE. At 256 streams
-    x 5 ms (clientbench) frames read together went from 2.6-3.4% to a median of 1.0% (0.06-3.3%, with the
-    VM host's load). The kernel's real-time throttling still leaves 5% of each second to other tasks. Needs
-    root or CAP_SYS_NICE; without it every thread keeps Ray's priority and client_samples (loop lag, read
-    delay) show the cost.
+    """Reads are dated by the kernel, but a socket read over 5 ms late holds two frames of a stream, which then
+    share one stamp. On a core shared with Ray's own processes (raylet, GCS, dashboard agent, sink) the event-loop
+    thread (called from it: Linux priority is per thread) was preempted in 1-7 ms slices even at nice -10, and
+    waited up to 11 ms for the GIL held by threads Ray starts at nice 15, which every process at nice 0 preempts
+    (perf sched). So the loop thread becomes SCHED_FIFO at the lowest real-time priority (threads it creates revert
+    to normal), and the worker's nice-15 threads get WORKER_NICE: fewer frames are read together (the measurements:
+    README, "The client: how many workers"). The kernel's real-time throttling still leaves 5% of each second to
+    other tasks. Needs root or CAP_SYS_NICE; without it every thread keeps Ray's priority and client_samples (loop
+    lag, read delay) show the cost.
 
     `realtime=False` (load.realtime_priority) leaves the loop thread at WORKER_NICE, for a worker that shares
     cores with a CPU-bound server it must never preempt."""

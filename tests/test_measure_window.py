@@ -39,7 +39,7 @@ def test_window_end_is_stamped_after_the_counts_it_was_decided_on(ray_local):
     import ray
 
     from loadgen.clock import now_ns
-    from loadgen.runner import _close_windows
+    from loadgen.window import close_windows
 
     @ray.remote
     class SendsWhileCounted:
@@ -58,7 +58,7 @@ def test_window_end_is_stamped_after_the_counts_it_was_decided_on(ray_local):
             return len(self.sent_at)
 
     worker = SendsWhileCounted.remote()
-    _close_windows([[worker]], ["t"], now_ns(), 0.1, 60.0, [3], log=lambda *a: None)
+    close_windows([[worker]], ["t"], now_ns(), 0.1, 60.0, [3], log=lambda *a: None)
     assert ray.get(worker.measured.remote()) == 3
     assert ray.get(worker.measure_sent_count.remote(now_ns())) == 4  # the window was closed at its 3rd send, not later
 
@@ -73,9 +73,11 @@ def test_rows_sent_after_the_window_end_are_drain_even_if_flushed_before_close_w
     import ray
 
     from loadgen.clock import now_ns
+    from loadgen.config import TargetConfig
+    from loadgen.messages import StepSpec
     from loadgen.prompts import Prompt
     from loadgen.protocol.base import SamplingSpec
-    from loadgen.worker import LoadWorker, PromptPool, StepSpec, TargetSpec
+    from loadgen.worker import LoadWorker, PromptPool
 
     @ray.remote
     class RecordingSink:
@@ -93,7 +95,8 @@ def test_rows_sent_after_the_window_end_are_drain_even_if_flushed_before_close_w
         sink = RecordingSink.options(name="recording-sink").remote()
         pool = PromptPool.options(name="test-prompts").remote([[Prompt("p", "code", "t", text="x")]])  # noqa: F841
         #    (held: an actor lives while a handle to it does)
-        worker = LoadWorker.remote("w0", TargetSpec("t", url, "sglang", "n"), ("test-prompts", 0),
+        target = TargetConfig("t", "sglang", url, (), "n", None)
+        worker = LoadWorker.remote("w0", target, url, ("test-prompts", 0),
                                    SamplingSpec(max_new_tokens=1), "recording-sink")
         ray.get(worker.node_id.remote())  # started: the step's times below are not spent on the actor's start
         t0 = now_ns()
