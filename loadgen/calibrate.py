@@ -51,14 +51,20 @@ def calibration_prompts(cfg: PromptsConfig) -> list[Prompt]:
     return out
 
 
-async def server_counts(endpoint: Endpoint, adapter: Adapter, reads: ReadLoop,
-                        prompts: list[Prompt]) -> list[tuple[int | None, str | None]]:
-    """(the server's prompt token count or None, the error of a request that failed or None) per prompt."""
+async def server_counts(endpoint: Endpoint, adapter: Adapter, reads: ReadLoop, prompts: list[Prompt],
+                        timeout_s: float) -> list[tuple[int | None, str | None]]:
+    """(the server's prompt token count or None, the error of a request that failed or None) per prompt. No step's
+    watchdog runs yet, so each request has its own `timeout_s` (the run's request timeout): a server that stops
+    answering fails the calibration in one line instead of holding the run before its first step."""
     tag = uuid.uuid4().hex[:8]
 
     async def count(k: int, prompt: Prompt) -> tuple[int | None, str | None]:
         state = StreamState(f"calibrate-{tag}-{k}", prompt, "warmup", now_ns(), FrameBuffer())
-        await stream_request(endpoint, adapter, state, adapter.body(state.request_id, prompt, ONE_TOKEN), {}, reads)
+        body = adapter.body(state.request_id, prompt, ONE_TOKEN)
+        try:
+            await asyncio.wait_for(stream_request(endpoint, adapter, state, body, {}, reads), timeout_s)
+        except TimeoutError:
+            return None, f"timeout: no whole answer within {timeout_s:g} s (load.request_timeout_s)"
         if state.status != "ok":
             return None, f"{state.status}: {state.error}"
         return state.prompt_tokens, None

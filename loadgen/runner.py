@@ -259,7 +259,8 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
         target.info = info
         log(f"target {target.config.name}: {_describe(info)}")
     samples = calibration_prompts(exp.prompts)   # none without prompts.input_tokens
-    counts = ray.get([t.workers[0].calibrate.remote(samples) for t in targets]) if samples else []
+    counts = (ray.get([t.workers[0].calibrate.remote(samples, exp.load.request_timeout_s) for t in targets])
+              if samples else [])
     models: list[LengthModel | None] = [length_model(t.config.name, samples, c) for t, c in zip(targets, counts)]
     built = prompts_for(exp.prompts, models or [None] * len(targets), PROMPT_POOL)
     pool = _actor(PromptPool).options(name=pool_name).remote([p[i::n] for p in built for i in range(n)])

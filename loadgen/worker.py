@@ -163,11 +163,11 @@ class LoadWorker:
             self.flavor = "sglang"
             self.adapter = adapter_for("sglang")
 
-    async def calibrate(self, prompts: list[Prompt]) -> list[tuple[int | None, str | None]]:
+    async def calibrate(self, prompts: list[Prompt], timeout_s: float) -> list[tuple[int | None, str | None]]:
         """The server's own prompt token count for each prompt (one-token requests, after preflight): the data of
         the target's input-length fit (loadgen.calibrate)."""
         assert self.adapter is not None   # chosen by preflight
-        return await calibrate.server_counts(self.endpoint, self.adapter, self.reads, prompts)
+        return await calibrate.server_counts(self.endpoint, self.adapter, self.reads, prompts, timeout_s)
 
     async def flush_cache(self) -> None:
         if self.options is not None and not self.options.sglang:

@@ -54,11 +54,13 @@ def _fit(con) -> dict:
 
 @pytest.fixture(scope="module")
 def emulator_url(emulator_factory):
-    with emulator_factory("--model-path", "m", "--time-scale", "0.05") as url:
+    # 20x the modelled GB10: a 1,024-token prompt's prefill at real speed would make the calibration's 16
+    # concurrent requests and the run's 12 take minutes on this machine, for no more evidence
+    with emulator_factory("--model-path", "m", "--time-scale", "20") as url:
         yield url
 
 
-@pytest.mark.parametrize("input_tokens,low,high", [(512, 512, 512)])   # a range run hangs in the drain: open
+@pytest.mark.parametrize("input_tokens,low,high", [(512, 512, 512), ({"min": 256, "max": 1024}, 256, 1024)])
 def test_emulator_meets_the_target_on_every_request(ray_local, emulator_url, tmp_path, input_tokens, low, high):
     _, con = _run(emulator_url, tmp_path, input_tokens)
     _assert_on_target(_requests(con), low, high, 12)
