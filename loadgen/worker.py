@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import re
+from collections.abc import Iterator
 from typing import cast
 
 import aiohttp
@@ -221,7 +222,7 @@ class LoadWorker:
                            asyncio.create_task(self.shipper.keep_flushing()),
                            asyncio.create_task(self._sampler(step))]
 
-    async def _slot(self, step: StepSpec, cursor, start_delay_ns: float) -> None:
+    async def _slot(self, step: StepSpec, cursor: Iterator[int], start_delay_ns: float) -> None:
         """One unit of concurrency: send, wait for the end, send the next, until told to stop. Slots start
         spread over the warm-up, so equal-length requests do not run in lockstep (all prefilling at once,
         all finishing at once) through the window."""

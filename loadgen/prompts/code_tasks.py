@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from loadgen.prompts.sizing import MIN_CONTEXT, fill
 from loadgen.prompts.stdlib_code import StdlibFunction, stdlib_functions
@@ -135,7 +135,7 @@ def context(functions: tuple[StdlibFunction, ...], i: int, chars: int) -> str:
     if room < MIN_CONTEXT:
         return ""
 
-    def pieces():
+    def pieces() -> Iterator[str]:
         module = None
         for k in range(1, len(functions)):
             fn = functions[(i + k) % len(functions)]
