@@ -34,12 +34,18 @@ Write = Callable[[dict[str, pa.RecordBatch]], ray.ObjectRef]   # the sink's `wri
 _measured = operator.attrgetter(*MEASURED)
 
 
+def measured_from(state: StreamState, t_ns: int) -> bool:
+    """A request still counted as measured that was sent at or after `t_ns`: past a window that ends at
+    `t_ns` it belongs to the drain."""
+    return state.phase == "measure" and state.t_scheduled_ns >= t_ns
+
+
 def move_to_drain(states: Iterable[StreamState], t_end_ns: int) -> int:
     """The window ended at `t_end_ns`: measured requests sent at or after it belong to the drain. Returns how
     many moved."""
     moved = 0
     for state in states:
-        if state.phase == "measure" and state.t_scheduled_ns >= t_end_ns:
+        if measured_from(state, t_end_ns):
             state.phase = "drain"
             moved += 1
     return moved
@@ -118,7 +124,7 @@ class RowShipper:
         ship: list[StreamState] = []
         hold: list[StreamState] = []
         for state in finished:
-            (hold if state.phase == "measure" and state.t_scheduled_ns >= open_until else ship).append(state)
+            (hold if measured_from(state, open_until) else ship).append(state)
         return ship, hold
 
     def write_samples(self, rows: dict[str, list], server_rows: list[dict]) -> None:
