@@ -4,7 +4,7 @@
     ray job submit --working-dir . -- python -m jobs.capacity --config jobs/experiments/seed-sweep.toml
 """
 
-from loadgen.capacity import CAPACITY_QUERIES, job_main
+from loadgen.driver.capacity import CAPACITY_QUERIES, job_main
 
 if __name__ == "__main__":
     job_main("python -m jobs.capacity", __doc__, CAPACITY_QUERIES, fleet=False)

@@ -7,7 +7,7 @@ The experiment's [fleet] table names the fleet file (nodes) and the launch profi
 infra/README.md. Prints each node against the fleet median and the fleet's summed capacity.
 """
 
-from loadgen.capacity import FLEET_QUERIES, job_main
+from loadgen.driver.capacity import FLEET_QUERIES, job_main
 
 if __name__ == "__main__":
     job_main("python -m jobs.fleet", __doc__, FLEET_QUERIES, fleet=True)

@@ -10,11 +10,11 @@ import sys
 from typing import Any
 
 from loadgen.errors import ConfigError, LoadgenError, user_message
-from loadgen.slo import parse_slo_flag
+from loadgen.results.slo import parse_slo_flag
 
 
 def _capacity(args: argparse.Namespace) -> int:
-    from loadgen.capacity import run_capacity
+    from loadgen.driver.capacity import run_capacity
     return run_capacity(args.config, args.results, args.ray_address, slo=args.slo, resume=args.resume)
 
 
@@ -22,12 +22,13 @@ def _adhoc(args: argparse.Namespace) -> int:
     """A one-off run from flags: one target, concurrency levels (or rates), a fixed number of requests."""
     from pathlib import Path
 
-    from loadgen.capacity import results_folder  # first: it sets Ray's log options before Ray is imported
+    from loadgen.driver.capacity import results_folder  # first: it sets Ray's log options before Ray is imported
     # isort: split
-    from loadgen import analysis, ray_setup, reach
     from loadgen.config import parse_experiment
-    from loadgen.runner import run_experiment
-    from loadgen.sink import check_writable
+    from loadgen.driver import ray_setup, reach
+    from loadgen.driver.runner import run_experiment
+    from loadgen.results import analysis
+    from loadgen.results.sink import check_writable
     experiment = adhoc_experiment(args)
     try:
         exp = parse_experiment(experiment, Path("."), "--flags")
@@ -46,7 +47,7 @@ def _adhoc(args: argparse.Namespace) -> int:
     for name in ("throughput_by_concurrency", "latency_by_concurrency") + (("goodput",) if exp.slo else ()):
         print(analysis.render(analysis.run_query(con, name), "table"))
     if exp.slo:
-        from loadgen.slo_answer import capacity_lines
+        from loadgen.results.slo_answer import capacity_lines
         print("capacity " + "\n".join(capacity_lines(con)))
     print(f"results: {result.results_dir}")
     return 0 if result.status == "complete" else 1
@@ -119,7 +120,7 @@ _FLAG_OF_KEY = {"load.concurrency": "--concurrency", "load.rates": "--rate", "lo
 
 
 def _query(args: argparse.Namespace) -> int:
-    from loadgen import analysis
+    from loadgen.results import analysis
     con = analysis.open_results(args.results, args.run or None)
     params = analysis.parse_params(args.set or [])
     print(analysis.render(analysis.run_query(con, args.name, params), args.format))
@@ -129,7 +130,7 @@ def _query(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from loadgen.report import write_report
+    from loadgen.results.report import write_report
     if importlib.util.find_spec("matplotlib") is None:
         raise LoadgenError("the report's plots need matplotlib, which is not installed "
                            "(fix: pip install 'loadgen[report]')")
@@ -139,7 +140,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _check_draft(args: argparse.Namespace) -> int:
-    from loadgen.draftcheck import run_check
+    from loadgen.servers.draftcheck import run_check
     return run_check(args.path, args.expect, args.profile)
 
 

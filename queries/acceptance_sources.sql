@@ -1,7 +1,7 @@
 -- acceptance_sources: the step's acceptance length from every source, side by side, with disagreement, and
 -- which source each figure came from.
 --
---   server            who served the step (steps.server_info's `server`, loadgen/serverid.py; 'sglang' for
+--   server            who served the step (steps.server_info's `server`, loadgen/servers/serverid.py; 'sglang' for
 --                     steps written before it was recorded)
 --   request_source    where the per-request spec_verify_ct of accept_len came from:
 --                       'sglang meta_info/sglext'  SGLang's own spec_verify_ct (native final frame, or the
@@ -9,7 +9,7 @@
 --                       'llama.cpp timings'        llama-server's `timings` on the last chunk, mapped as
 --                                                  spec_verify_ct = predicted_n - 1 - draft_n_accepted (target
 --                                                  decode passes after the prompt pass; see
---                                                  loadgen/protocol/openai.py _timings for the derivation);
+--                                                  loadgen/client/protocol/openai.py _timings for the derivation);
 --                       NULL                       no request carried spec stats
 --   accept_len        sum(completion_tokens) / sum(spec_verify_ct), measured ok requests (SGLang's definition,
 --                     bonus token included; the reference the others are compared with)

@@ -393,7 +393,7 @@ SELECT run_id,
        coalesce(getvariable('slo_max_error_rate'), (s->>'max_error_rate')::DOUBLE, 0.01)::DOUBLE AS max_error_rate
 FROM saved;
 
--- The 95% Wilson score interval of a share k/n (z = 1.96; loadgen.slo.WILSON_Z): unlike k/n +- a normal
+-- The 95% Wilson score interval of a share k/n (z = 1.96; loadgen.results.slo.WILSON_Z): unlike k/n +- a normal
 -- error it stays inside [0, 1] and is honest at 0/n and n/n, where attainment often sits.
 -- side -1 gives the lower bound, +1 the upper.
 CREATE OR REPLACE MACRO wilson_bound(k, n, side) AS CASE WHEN n > 0 THEN

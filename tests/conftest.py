@@ -37,7 +37,7 @@ def _session_ray_token() -> None:
 _session_ray_token()
 
 from loadgen.emulator.launch import EmulatorProcess  # noqa: E402
-from loadgen.ports import free_port  # noqa: E402
+from loadgen.servers.ports import free_port  # noqa: E402
 
 
 @pytest.fixture(scope="session")

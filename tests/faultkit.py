@@ -6,9 +6,9 @@ import json
 import urllib.request
 from pathlib import Path
 
-from loadgen import analysis
 from loadgen.config import parse_experiment
-from loadgen.runner import RunResult, run_experiment
+from loadgen.driver.runner import RunResult, run_experiment
+from loadgen.results import analysis
 
 EMU = ("--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", "50")
 

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from loadgen.ports import free_port
+from loadgen.servers.ports import free_port
 
 REPO = Path(__file__).parents[1]
 SCRIPT = REPO / ".ci" / "build-llama-server.sh"

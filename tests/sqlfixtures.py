@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen.schema import SCHEMA_VERSION, TABLES, batch_from_rows
+from loadgen.results.schema import SCHEMA_VERSION, TABLES, batch_from_rows
 
 MS = 1_000_000
 T0 = 1_700_000_000_000 * MS  # a wall-clock origin in ns

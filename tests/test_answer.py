@@ -1,13 +1,13 @@
-"""The job's answer in words (loadgen/answer.py) over the field report's numbers (tests/test_queries_compare.py's
-folder): the headline names who is ahead where, by how much, the crossover and the noise; the table fits 120
-columns; summary.json and summary.md say the same."""
+"""The job's answer in words (loadgen/results/answer.py) over the field report's numbers
+(tests/test_queries_compare.py's folder): the headline names who is ahead where, by how much, the crossover and
+the noise; the table fits 120 columns; summary.json and summary.md say the same."""
 
 from __future__ import annotations
 
 import json
 
-from loadgen import answer
-from loadgen.analysis import open_results
+from loadgen.results import answer
+from loadgen.results.analysis import open_results
 from sqlfixtures import Results
 from test_queries_compare import DFLASH, MTP, add_series
 

@@ -12,11 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadgen import cli, schema
-from loadgen.analysis import open_results
+from loadgen import cli
 from loadgen.config import parse_experiment
 from loadgen.errors import ConfigError, LoadgenError
-from loadgen.sink import ResultsWriter, SinkError, check_writable
+from loadgen.results import schema
+from loadgen.results.analysis import open_results
+from loadgen.results.sink import ResultsWriter, SinkError, check_writable
 from sqlfixtures import Results
 
 

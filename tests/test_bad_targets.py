@@ -11,9 +11,9 @@ from aiohttp import web
 
 from conftest import serve_app
 from loadgen.config import parse_experiment
+from loadgen.driver.runner import run_experiment
 from loadgen.errors import LoadgenError
-from loadgen.ports import free_port
-from loadgen.runner import run_experiment
+from loadgen.servers.ports import free_port
 
 
 @contextmanager

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import analysis
 from loadgen.config import parse_experiment
-from loadgen.runner import run_experiment
+from loadgen.driver.runner import run_experiment
+from loadgen.results import analysis
 
 TOKENS = 128         # a response takes ~1.3 s at time-scale 10; a request queued behind K running ones waits
                      # about that / K (>= 320 ms for K <= 4), far above the line

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from loadgen.config import load_experiment, parse_experiment
+from loadgen.driver.plan import grid_steps, split_concurrency
 from loadgen.errors import ConfigError
-from loadgen.plan import grid_steps, split_concurrency
 
 REPO = Path(__file__).parents[1]
 GOOD = {

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.cli import main as cli
-from loadgen.draftcheck import check_draft
+from loadgen.servers.draftcheck import check_draft
 
 DRAFTS = Path(__file__).parents[1] / "loadgen/emulator/drafts"
 DFLASH2 = json.loads((DRAFTS / "dflash2/config.json").read_text())

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import analysis
 from loadgen.config import parse_experiment
-from loadgen.runner import run_experiment
+from loadgen.driver.runner import run_experiment
+from loadgen.results import analysis
 
 LEVELS = [1, 4]
 

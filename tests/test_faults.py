@@ -111,7 +111,7 @@ def test_partial_streams_keep_their_frames_and_timings(faulted_run):
 
 def test_failed_tokens_reported_separately(faulted_run):
     name, result, seen = faulted_run
-    from loadgen import analysis
+    from loadgen.results import analysis
     con = analysis.open_results(result.results_dir, [result.run_id])
     table = {r["status"]: r for r in analysis.run_query(con, "failed_partial_tokens").to_pylist()}
     server: Counter = Counter()

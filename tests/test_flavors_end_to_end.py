@@ -18,10 +18,10 @@ import pytest
 from aiohttp import web
 
 from conftest import serve_app
-from loadgen import analysis
-from loadgen.arrivals import ArrivalSpec, arrival_times
+from loadgen.client.arrivals import ArrivalSpec, arrival_times
 from loadgen.config import parse_experiment
-from loadgen.runner import run_experiment
+from loadgen.driver.runner import run_experiment
+from loadgen.results import analysis
 
 KEY = "sk-test-4c1d9e0b7a-never-stored"
 MTP = ("--model-path", "m", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from conftest import fleet_toml, ray_head, submit_job
-from loadgen import analysis
+from loadgen.results import analysis
 
 REPO = Path(__file__).parents[1]
 MARK = f"fleet-test-{uuid.uuid4().hex[:8]}"   # in every emulator's --model-path: finds our server processes

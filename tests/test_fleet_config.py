@@ -10,9 +10,9 @@ import pytest
 import ray
 
 from loadgen.config import PROFILES_DIR, Locator, load_experiment, load_profile, parse_experiment, parse_fleet
+from loadgen.driver.placement import FleetPlacement, emulator_flags, resolve_nodes
 from loadgen.errors import ConfigError, LoadgenError
-from loadgen.placement import FleetPlacement, emulator_flags, resolve_nodes
-from loadgen.servers import ServerProcess
+from loadgen.servers.process import ServerProcess
 
 REPO = Path(__file__).parents[1]
 NODES = [{"name": "a", "resource": "a"}, {"name": "b", "labels": {"loadgen-node": "b"}},

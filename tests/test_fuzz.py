@@ -8,13 +8,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadgen import schema
+from loadgen.client.protocol.base import FrameBuffer, StreamState
+from loadgen.client.protocol.sglang_native import SglangNativeAdapter
+from loadgen.client.protocol.sse import SseSplitter
 from loadgen.config import parse_experiment
 from loadgen.errors import ConfigError
 from loadgen.prompts import Prompt
-from loadgen.protocol.base import FrameBuffer, StreamState
-from loadgen.protocol.sglang_native import SglangNativeAdapter
-from loadgen.protocol.sse import SseSplitter
+from loadgen.results import schema
 
 PROMPT = Prompt(prompt_id="p", kind="code", template="t", text="x")
 

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from loadgen.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
+from loadgen.client.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
+from loadgen.client.protocol.base import FrameBuffer, SamplingSpec, StreamState
+from loadgen.client.protocol.sglang_native import SglangNativeAdapter
 from loadgen.prompts import Prompt
-from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
-from loadgen.protocol.sglang_native import SglangNativeAdapter
 
 PROMPT = Prompt("p", "code", "t", text="hello")
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n%s\r\n"

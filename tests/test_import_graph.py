@@ -61,10 +61,54 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_loop_in_the_package():
     graph = import_graph()
-    assert "loadgen.config.experiment" in graph and "loadgen.placement" in graph
+    assert "loadgen.config.experiment" in graph and "loadgen.driver.placement" in graph
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
 
 def test_the_cycle_finder_finds_a_loop():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The wings of loadgen/ and what each may import (README "Layout"): measuring (client) and server knowledge
+# (servers) never reach into planning (driver); reading results never reaches into measuring or planning; the
+# emulator stands beside the client as a server would, sharing only the launch helpers; config reads every wing's
+# vocabulary (flavours, arrivals, the SLO) but never the driver. Root modules other than the entry point (cli)
+# are leaves (clock, errors, values).
+WINGS = ("client", "driver", "servers", "results", "config", "prompts", "emulator")
+FORBIDDEN = {
+    "driver": {"cli"},
+    "client": {"driver", "cli", "emulator"},
+    "servers": {"driver", "client", "results", "cli"},
+    "results": {"client", "driver", "servers", "cli", "emulator"},
+    "config": {"driver", "cli"},
+    "prompts": {"client", "driver", "servers", "results", "config", "emulator", "cli"},
+    "emulator": {"client", "driver", "results", "config", "prompts", "cli"},
+    "root": set(WINGS) | {"cli"},
+    "cli": set(),
+}
+
+
+def _wing(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in WINGS:
+        return parts[1]
+    return "cli" if module == "loadgen.cli" else "root"
+
+
+def wrong_way_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if _wing(b) in FORBIDDEN[_wing(a)] and b != "loadgen")
+
+
+def test_imports_run_one_way_between_wings():
+    graph = import_graph()
+    assert {_wing(m) for m in graph} == set(WINGS) | {"root", "cli"}
+    assert wrong_way_imports(graph) == []
+
+
+def test_the_direction_check_sees_a_wrong_way_import():
+    graph = {"loadgen.client.worker": {"loadgen.driver.runner"}, "loadgen.results.analysis": {"loadgen.errors"},
+             "loadgen.clock": {"loadgen.results.schema"}}
+    assert wrong_way_imports(graph) == ["loadgen.client.worker -> loadgen.driver.runner",
+                                        "loadgen.clock -> loadgen.results.schema"]

@@ -12,16 +12,16 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from loadgen import analysis
-from loadgen.calibrate import calibration_prompts, length_model
 from loadgen.cli import adhoc_experiment, build_parser
+from loadgen.client.calibrate import calibration_prompts, length_model
 from loadgen.config import parse_experiment
 from loadgen.errors import ConfigError, TargetError
 from loadgen.prompts.config import InputTokens
 from loadgen.prompts.length import ASSUMED, POOLED, LengthFit, LengthModel, fit_line, fit_model, prompt_texts
 from loadgen.prompts.mix import PromptMix, parse_prompts_config
 from loadgen.prompts.prose_tasks import TEMPLATES, prose_pools
-from loadgen.schema import SCHEMA_VERSION
+from loadgen.results import analysis
+from loadgen.results.schema import SCHEMA_VERSION
 from sqlfixtures import Results
 
 REPO = Path(__file__).parents[1]

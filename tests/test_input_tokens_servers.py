@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from llamaserver import LlamaServer
-from loadgen import analysis
 from loadgen.config import parse_experiment
-from loadgen.runner import run_experiment
+from loadgen.driver.runner import run_experiment
+from loadgen.results import analysis
 
 TOLERANCE = 0.10
 

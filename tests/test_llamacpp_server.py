@@ -28,9 +28,10 @@ from aiohttp import web
 
 from conftest import serve_app
 from llamaserver import LlamaServer
-from loadgen import analysis, serverid
 from loadgen.config import parse_experiment
-from loadgen.runner import run_experiment
+from loadgen.driver.runner import run_experiment
+from loadgen.results import analysis
+from loadgen.servers import serverid
 
 MAX_TOKENS = 40
 LEVELS = {1: 4, 3: 6}   # concurrency -> requests (a counted run: all measured)
@@ -288,8 +289,8 @@ vllm:request_success_total{{engine="0",finished_reason="stop",model_name="m"}} 0
 def test_vllm_counters_give_acceptance_in_sql(tmp_path):
     """vLLM: no per-request spec stats, only counters. Their deltas between the step's first and last sample
     (exposition text as vLLM writes it, parsed by loadgen's /metrics parser) give both definitions."""
-    from loadgen.analysis import open_results, run_query
-    from loadgen.probe import parse_prometheus
+    from loadgen.results.analysis import open_results, run_query
+    from loadgen.servers.probe import parse_prometheus
     from sqlfixtures import Results
     r = Results()
     r.run("r")
@@ -315,8 +316,8 @@ def test_vllm_counters_give_acceptance_in_sql(tmp_path):
 # ---- the adapter on llama.cpp's shapes (tools/server/server-task.cpp), without a server ------------------------
 
 def _feed(adapter, payloads):
+    from loadgen.client.protocol.base import FrameBuffer, StreamState
     from loadgen.prompts import Prompt
-    from loadgen.protocol.base import FrameBuffer, StreamState
     state = StreamState("r1", Prompt("p", "code", "t", text="x"), "measure", 0, FrameBuffer())
     for p in payloads:
         adapter.on_payload(state, json.dumps(p).encode(), 1)
@@ -330,7 +331,7 @@ TIMINGS = {"cache_n": 7, "prompt_n": 20, "prompt_ms": 30.0, "predicted_n": 40, "
 
 @pytest.mark.parametrize("route", ["completions", "chat"])
 def test_timings_give_verify_steps_and_cached_tokens(route):
-    from loadgen.protocol.openai import OpenAIChatAdapter, OpenAICompletionsAdapter
+    from loadgen.client.protocol.openai import OpenAIChatAdapter, OpenAICompletionsAdapter
     usage = {"completion_tokens": 40, "prompt_tokens": 27}   # no prompt_tokens_details: cache_n is used
     if route == "completions":   # finish, usage and timings on one chunk
         adapter = OpenAICompletionsAdapter()
@@ -350,7 +351,7 @@ def test_timings_give_verify_steps_and_cached_tokens(route):
 
 
 def test_no_draft_no_spec_stats_and_usage_cached_tokens_win():
-    from loadgen.protocol.openai import OpenAICompletionsAdapter
+    from loadgen.client.protocol.openai import OpenAICompletionsAdapter
     timings = {k: v for k, v in TIMINGS.items() if not k.startswith("draft")}   # a server without drafting
     usage = {"completion_tokens": 40, "prompt_tokens": 27, "prompt_tokens_details": {"cached_tokens": 3}}
     state = _feed(OpenAICompletionsAdapter(), [
@@ -359,9 +360,9 @@ def test_no_draft_no_spec_stats_and_usage_cached_tokens_win():
 
 
 def test_prompt_cache_switches_in_the_body():
+    from loadgen.client.protocol.base import SamplingSpec
+    from loadgen.client.protocol.openai import OpenAICompletionsAdapter, OpenAIOptions
     from loadgen.prompts import Prompt
-    from loadgen.protocol.base import SamplingSpec
-    from loadgen.protocol.openai import OpenAICompletionsAdapter, OpenAIOptions
     p, sampling = Prompt("p", "code", "t", text="x"), SamplingSpec(8)
     llama = json.loads(OpenAICompletionsAdapter(OpenAIOptions("m", cache_prompt=False)).body("r1", p, sampling))
     vllm = json.loads(OpenAICompletionsAdapter(OpenAIOptions("m", cache_salt=True)).body("r2", p, sampling))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadgen import analysis
 from loadgen.config import parse_experiment
-from loadgen.runner import run_experiment
+from loadgen.driver.runner import run_experiment
+from loadgen.results import analysis
 
 
 def test_window_extends_until_c_requests_were_sent_in_it(ray_local, emulator_factory, tmp_path):
@@ -39,7 +39,7 @@ def test_window_end_is_stamped_after_the_counts_it_was_decided_on(ray_local):
     import ray
 
     from loadgen.clock import now_ns
-    from loadgen.window import close_windows
+    from loadgen.driver.window import close_windows
 
     @ray.remote
     class SendsWhileCounted:
@@ -72,12 +72,12 @@ def test_rows_sent_after_the_window_end_are_drain_even_if_flushed_before_close_w
 
     import ray
 
+    from loadgen.client.messages import StepSpec
+    from loadgen.client.protocol.base import SamplingSpec
+    from loadgen.client.worker import LoadWorker, PromptPool
     from loadgen.clock import now_ns
     from loadgen.config import TargetConfig
-    from loadgen.messages import StepSpec
     from loadgen.prompts import Prompt
-    from loadgen.protocol.base import SamplingSpec
-    from loadgen.worker import LoadWorker, PromptPool
 
     @ray.remote
     class RecordingSink:

@@ -6,9 +6,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadgen.client.protocol.base import FrameBuffer, SamplingSpec, StreamState
+from loadgen.client.protocol.sglang_native import SglangNativeAdapter
 from loadgen.prompts import Prompt
-from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
-from loadgen.protocol.sglang_native import SglangNativeAdapter
 
 PROMPT = Prompt("p0", "code", "code/explain", text="def f(): pass")
 ADAPTER = SglangNativeAdapter()

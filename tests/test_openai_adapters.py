@@ -7,10 +7,10 @@ import json
 import orjson
 import pytest
 
+from loadgen.client.protocol import adapter_for
+from loadgen.client.protocol.base import FrameBuffer, SamplingSpec, StreamState
+from loadgen.client.protocol.openai import OpenAIOptions
 from loadgen.prompts import Prompt
-from loadgen.protocol import adapter_for
-from loadgen.protocol.base import FrameBuffer, SamplingSpec, StreamState
-from loadgen.protocol.openai import OpenAIOptions
 
 TEXT = Prompt("p1", "code", "explain", text="def f(): pass")
 CHAT = Prompt("p2", "prose", "essay", messages=({"role": "system", "content": "Be brief."},

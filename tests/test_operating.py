@@ -12,7 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from conftest import serve_app
-from loadgen.ports import free_port
+from loadgen.servers.ports import free_port
 
 REPO = Path(__file__).parents[1]
 
@@ -63,7 +63,7 @@ def _only_line(run: subprocess.CompletedProcess) -> str:
 
 
 def test_an_unreachable_url_is_one_line_before_ray(tmp_path):
-    """Refused on the driver and not pinned to another node (loadgen.reach): decided before Ray starts, from
+    """Refused on the driver and not pinned to another node (loadgen.driver.reach): decided before Ray starts, from
     the job and from `loadgen run` alike (`localhost` too: every address it resolves to refuses)."""
     port = free_port()   # nothing listens there
     url = f"http://127.0.0.1:{port}"
@@ -79,7 +79,7 @@ def test_an_unreachable_url_is_one_line_before_ray(tmp_path):
 
 
 def test_a_loopback_url_pinned_to_a_node_is_left_to_its_worker(tmp_path):
-    """A fleet's loopback url answers only on its node, so the driver does not decide it (loadgen.reach): Ray
+    """A fleet's loopback url answers only on its node, so the driver does not decide it (loadgen.driver.reach): Ray
     starts, the worker's preflight on that node is refused at its first try, and that is the one error line."""
     import ray.util
     port = free_port()

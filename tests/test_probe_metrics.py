@@ -8,7 +8,7 @@ import aiohttp
 from aiohttp import web
 
 from conftest import serve_app
-from loadgen.probe import metrics_samples
+from loadgen.servers.probe import metrics_samples
 
 METRICS = """\
 # HELP sglang:num_requests_total Requests finished.

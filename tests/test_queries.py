@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.analysis import open_results, run_query
+from loadgen.results.analysis import open_results, run_query
 from sqlfixtures import Results
 
 

@@ -1,4 +1,5 @@
-"""loadgen.analysis: bad input names the problem and the fix; render formats; the files run in the duckdb CLI."""
+"""loadgen.results.analysis: bad input names the problem and the fix; render formats; the files run in the
+duckdb CLI."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from loadgen.analysis import QUERIES_DIR, list_queries, open_results, render, run_query
 from loadgen.errors import LoadgenError
-from loadgen.schema import SCHEMA_VERSION
+from loadgen.results.analysis import QUERIES_DIR, list_queries, open_results, render, run_query
+from loadgen.results.schema import SCHEMA_VERSION
 from sqlfixtures import Results
 
 ISSUE_QUERIES = {
@@ -130,6 +131,6 @@ def test_cli_set_passes_parameters_and_refuses_malformed_ones(folder, capsys):
 
 
 def test_parse_params_types():
-    from loadgen.analysis import parse_params
+    from loadgen.results.analysis import parse_params
     assert parse_params(["outlier_pct=10", "min_in_flight_share=0.5", "baseline=mtp"]) == {
         "outlier_pct": 10, "min_in_flight_share": 0.5, "baseline": "mtp"}

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.analysis import open_results, run_query
 from loadgen.errors import LoadgenError
+from loadgen.results.analysis import open_results, run_query
 from sqlfixtures import Results
 
 MTP = {1: [20.9], 2: [39.5], 4: [77.4], 8: [138.4], 16: [243.9], 32: [385.0]}

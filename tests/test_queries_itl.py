@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from loadgen.analysis import open_results
+from loadgen.results.analysis import open_results
 from sqlfixtures import Results
 
 # The brute force: what step_latency computed before it stopped expanding frames (SGLang bench_serving's ITL).

@@ -6,9 +6,9 @@ import json
 import math
 from pathlib import Path
 
-from loadgen.analysis import open_results, run_query
-from loadgen.slo import Slo
-from loadgen.slo_answer import capacity_lines
+from loadgen.results.analysis import open_results, run_query
+from loadgen.results.slo import Slo
+from loadgen.results.slo_answer import capacity_lines
 from sqlfixtures import Results
 
 

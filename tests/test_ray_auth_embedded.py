@@ -12,7 +12,7 @@ REPO = Path(__file__).parents[1]
 
 PROBE = """
 import os, ray
-from loadgen import ray_setup
+from loadgen.driver import ray_setup
 ray_setup.connect()
 print("mode", os.environ.get("RAY_AUTH_MODE"))
 print("task", ray.get(ray.remote(lambda: 41 + 1).remote()))

@@ -1,4 +1,4 @@
-"""The driver's early verdict on a `url` target (loadgen.reach), against real sockets on loopback: refused and
+"""The driver's early verdict on a `url` target (loadgen.driver.reach), against real sockets on loopback: refused and
 not pinned decides; pinned to a node, a loopback url is left to that node's worker; a listening one passes."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from loadgen.config import parse_experiment
+from loadgen.driver.reach import check_targets, node_local, unreachable
 from loadgen.errors import TargetError
-from loadgen.ports import free_port
-from loadgen.reach import check_targets, node_local, unreachable
+from loadgen.servers.ports import free_port
 
 
 def _exp(*urls: str):

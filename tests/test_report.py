@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from loadgen.analysis import open_results, run_query  # noqa: E402
-from loadgen.report import load_report, markdown_summary, plots, write_report  # noqa: E402
+from loadgen.results.analysis import open_results, run_query  # noqa: E402
+from loadgen.results.report import load_report, markdown_summary, plots, write_report  # noqa: E402
 from sqlfixtures import Results  # noqa: E402
 from test_queries_compare import DFLASH, MTP, add_series  # noqa: E402
 
@@ -301,7 +301,7 @@ def seed_sweep_run(results: Path) -> Path:
     C = 1..32, ~2.5 min). Shorter windows were tried: 2 s windows made the order flip at every level, and a
     report of noise is not the seed sweep's report."""
     from loadgen.config import load_experiment
-    from loadgen.runner import run_experiment
+    from loadgen.driver.runner import run_experiment
 
     run_experiment(load_experiment(ROOT / "jobs/experiments/seed-sweep.toml"), str(results), log=lambda *a: None)
     return results

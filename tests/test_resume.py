@@ -20,10 +20,10 @@ import duckdb
 import pytest
 import ray
 
-from loadgen import analysis
 from loadgen.config import load_experiment
+from loadgen.driver.resume import load_resume
 from loadgen.errors import LoadgenError
-from loadgen.resume import load_resume
+from loadgen.results import analysis
 
 REPO = Path(__file__).parents[1]
 EMU = ("--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", "8")

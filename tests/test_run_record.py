@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from loadgen.runner import _git_commit
+from loadgen.driver.runner import _git_commit
 
 
 def test_git_commit_is_the_checkouts_or_the_one_passed_by_a_job_submitter(monkeypatch):

@@ -11,10 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loadgen.config import parse_experiment
+from loadgen.config.search import SearchConfig
+from loadgen.driver.plan import SearchPlan, TargetLoad
+from loadgen.driver.search import next_probe
 from loadgen.errors import ConfigError
-from loadgen.plan import SearchPlan, TargetLoad
-from loadgen.search import SearchConfig, Verdict, next_probe
-from loadgen.slo import Slo, parse_slo, parse_slo_flag
+from loadgen.results.slo import Slo, Verdict, parse_slo, parse_slo_flag
 
 
 def _search(cfg: SearchConfig, passes, clear=lambda level, runs: True) -> tuple[dict[float, Verdict], list[float]]:
@@ -127,7 +128,7 @@ def test_open_loop_search_window_holds_enough_arrivals_for_a_clear_call():
 
 
 def test_grid_stops_a_target_after_failing_levels_in_a_row():
-    from loadgen.plan import GridPlan
+    from loadgen.driver.plan import GridPlan
     exp = _exp({"concurrency": [1, 2, 4, 8], "stop_after_slo_failures": 2}, {"ttft_ms": 500})
     plan = GridPlan(exp, exp.targets)
     verdicts = {"t0": {1.0: Verdict(True, True, 1), 2.0: Verdict(False, True, 1), 4.0: Verdict(False, True, 1)},

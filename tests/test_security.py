@@ -10,11 +10,11 @@ import duckdb
 import pytest
 
 from faultkit import EMU, truth
-from loadgen import analysis
 from loadgen.config import parse_experiment
+from loadgen.driver.runner import run_experiment
 from loadgen.emulator.launch import EmulatorThread
 from loadgen.errors import ConfigError, LoadgenError
-from loadgen.runner import run_experiment
+from loadgen.results import analysis
 
 SECRET = "sk-loadgen-test-5e3f1c9a7b"
 

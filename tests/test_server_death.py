@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from faultkit import rows
-from loadgen.analysis import level_verdicts
 from loadgen.config import parse_experiment
+from loadgen.driver.runner import run_experiment
 from loadgen.emulator.launch import EmulatorProcess
-from loadgen.runner import run_experiment
-from loadgen.search import Verdict
+from loadgen.results.analysis import level_verdicts
+from loadgen.results.slo import Verdict
 
 SLOW = {"model-path": "m", "speculative-algorithm": "NEXTN", "time-scale": "1"}
 SLO = {"ttft_ms": 5000, "tpot_ms": 1000}

@@ -14,10 +14,10 @@ import psutil
 import pytest
 import ray
 
-from loadgen import secrets
 from loadgen.config import parse_experiment
 from loadgen.errors import ConfigError
-from loadgen.servers import ServerProcess, _copy_masked
+from loadgen.servers import secrets
+from loadgen.servers.process import ServerProcess, _copy_masked
 
 SERVER_KEY = "sk-launched-4c1d9e7f2a8b"
 
@@ -148,7 +148,7 @@ def test_sglang_server_info_is_masked_where_it_is_read():
     from aiohttp import web
 
     from conftest import serve_app
-    from loadgen import probe
+    from loadgen.servers import probe
 
     key = "sk-probe-" + "9" * 20
 

@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 
 from conftest import serve_app
-from loadgen import analysis
 from loadgen.config import parse_experiment
-from loadgen.runner import run_experiment
+from loadgen.driver.runner import run_experiment
+from loadgen.results import analysis
 
 REQUESTS = 6
 MAX_TOKENS = 16

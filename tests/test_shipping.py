@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 import ray
 
-from loadgen import schema
-from loadgen.messages import StepSpec
+from loadgen.client.messages import StepSpec
+from loadgen.client.protocol.base import StreamState
+from loadgen.client.shipping import RowShipper
 from loadgen.prompts import Prompt
-from loadgen.protocol.base import StreamState
-from loadgen.shipping import RowShipper
+from loadgen.results import schema
 
 PROMPT = Prompt("p7", "code", "tmpl", text="x", target_tokens=512)
 T_MIN_END = 1_000_000   # the window is known to last at least this long (ns on the step's clock)

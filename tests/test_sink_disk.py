@@ -17,11 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from faultkit import EMU
-from loadgen import analysis
 from loadgen.config import parse_experiment
+from loadgen.driver.runner import run_experiment
 from loadgen.errors import LoadgenError
-from loadgen.runner import run_experiment
-from loadgen.sink import MIN_FREE_BYTES, SinkError
+from loadgen.results import analysis
+from loadgen.results.sink import MIN_FREE_BYTES, SinkError
 
 REPO = Path(__file__).parents[1]
 SIZE_MB = (MIN_FREE_BYTES >> 20) + 16    # just over what a run needs to be allowed to start
@@ -143,7 +143,7 @@ def test_folder_made_read_only_mid_run(small_fs, ray_local, emulator_factory, tm
 def test_a_server_whose_log_disk_is_full_keeps_running(tmp_path):
     """The pump between a launched server's output and its log, writing to /dev/full (every write: ENOSPC):
     it keeps draining, so a server printing 4 MiB (64 x a pipe's buffer) is neither blocked nor killed."""
-    from loadgen.servers import _copy_masked
+    from loadgen.servers.process import _copy_masked
     server = subprocess.Popen([sys.executable, "-c", "import sys\nfor _ in range(4096): print('x' * 1023)\n"
                                "print('done', file=sys.stderr)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     pump = threading.Thread(target=_copy_masked, args=(server.stdout, open("/dev/full", "ab"), []), daemon=True)

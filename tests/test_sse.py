@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.protocol.sse import SseSplitter
+from loadgen.client.protocol.sse import SseSplitter
 
 FRAMES = [b'{"text":"a","meta_info":{"completion_tokens":1}}', b'{"text":"ab\\n\\n","meta_info":{}}',
           b"x" * 70_000, b"[DONE]"]

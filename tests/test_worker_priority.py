@@ -11,8 +11,8 @@ import threading
 import pytest
 import uvloop
 
+from loadgen.client.worker import LOOP_RT_PRIORITY, WORKER_NICE, _raise_priority, _sleep_until
 from loadgen.clock import now_ns
-from loadgen.worker import LOOP_RT_PRIORITY, WORKER_NICE, _raise_priority, _sleep_until
 
 
 def _can_use_real_time() -> bool:

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.arrivals import OpenLoopConfig, parse_open_loop
+from loadgen.client.arrivals import OpenLoopConfig, parse_open_loop
 from loadgen.config.fleet import Fleet, parse_fleet
+from loadgen.config.search import SearchConfig, parse_search
 from loadgen.config.tables import StrictTable, check_name, load_toml
 from loadgen.config.targets import TargetConfig, parse_target
 from loadgen.errors import ConfigError
 from loadgen.prompts.mix import PromptsConfig, parse_prompts_config
-from loadgen.search import SearchConfig, parse_search
-from loadgen.slo import Slo, parse_slo
+from loadgen.results.slo import Slo, parse_slo
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Fleet files: the nodes (how Ray finds each), and the server configurations (launch profiles,
 `infra/profiles/*.toml`) an experiment's [fleet] sweeps; every configuration is one stage of the run, its
-servers restarted before it. Parsing only: placing actors on the nodes is loadgen.placement's job."""
+servers restarted before it. Parsing only: placing actors on the nodes is loadgen.driver.placement's job."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.client.protocol import ADAPTERS
 from loadgen.config.tables import StrictTable, check_name, load_toml
 from loadgen.config.targets import TargetConfig, check_url, emulator_args
 from loadgen.errors import ConfigError
-from loadgen.protocol import ADAPTERS
 
 PROFILES_DIR = Path(__file__).parents[2] / "infra" / "profiles"
 LAUNCHES = ("sglang", "emulator", "external")

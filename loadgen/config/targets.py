@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+from loadgen.client.protocol import ADAPTERS
 from loadgen.config.tables import StrictTable, check_name
 from loadgen.errors import ConfigError
-from loadgen.protocol import ADAPTERS
-from loadgen.secrets import flag_ref, is_secret_name
+from loadgen.servers.secrets import flag_ref, is_secret_name
 
 EMULATOR_ALGORITHMS = ("NONE", "EAGLE", "EAGLE3", "NEXTN", "DFLASH")
 
@@ -33,7 +33,8 @@ def parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
     """One [[targets]] table."""
     t = StrictTable(raw, key)
     name = check_name(t.get("name", str), f"{key}.name")
-    flavor = t.get("flavor", str, "auto")  # auto: the worker's preflight identifies the server (loadgen.serverid)
+    # auto: the worker's preflight identifies the server (loadgen.servers.serverid)
+    flavor = t.get("flavor", str, "auto")
     if flavor != "auto" and flavor not in ADAPTERS:
         raise ConfigError(f"{key}.flavor", f"unknown flavor {flavor!r}",
                           f"use auto or one of {', '.join(sorted(ADAPTERS))}")

@@ -21,8 +21,8 @@ from aiohttp import web
 
 from loadgen.emulator.args import parse_args
 from loadgen.emulator.server import Emulator, build_app
-from loadgen.health import NotHealthy, wait_healthy
-from loadgen.ports import free_port
+from loadgen.servers.health import NotHealthy, wait_healthy
+from loadgen.servers.ports import free_port
 
 T = TypeVar("T")
 
@@ -49,7 +49,7 @@ def _with_defaults(argv: list[str], port: int) -> list[str]:
 def _secrets_to_env(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     """A secret flag's value (--api-key KEY) goes to the emulator through its environment
     (LOADGEN_EMULATOR_API_KEY), where the process list does not show it."""
-    from loadgen.secrets import emulator_env, split_args
+    from loadgen.servers.secrets import emulator_env, split_args
     plain, values = split_args(argv)
     return plain, dict(os.environ, **{emulator_env(flag): value for flag, value in values.items()})
 

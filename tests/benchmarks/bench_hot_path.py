@@ -14,10 +14,10 @@ import time
 
 import orjson
 
-from loadgen.http_stream import Endpoint, ReadLoop, StreamExchange
+from loadgen.client.http_stream import Endpoint, ReadLoop, StreamExchange
+from loadgen.client.protocol.base import FrameBuffer, StreamState
+from loadgen.client.protocol.sglang_native import SglangNativeAdapter
 from loadgen.prompts import Prompt
-from loadgen.protocol.base import FrameBuffer, StreamState
-from loadgen.protocol.sglang_native import SglangNativeAdapter
 
 TOKENS = 200
 PROMPT = Prompt("p", "code", "t", text="x")

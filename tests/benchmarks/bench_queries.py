@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen.analysis import list_queries, open_results, render, run_query
-from loadgen.schema import SCHEMA_VERSION, TABLES, batch_from_rows
+from loadgen.results.analysis import list_queries, open_results, render, run_query
+from loadgen.results.schema import SCHEMA_VERSION, TABLES, batch_from_rows
 
 SERIES = [("mtp", "NEXTN", 2.2), ("dflash", "DFLASH", 4.2)]
 CONCURRENCY = [1, 2, 4, 8, 16, 32]

@@ -24,10 +24,10 @@ import socket
 import time
 from collections.abc import Callable
 
-from loadgen.http_stream import _ANCILLARY_SIZE, Endpoint, ReadLoop, StreamExchange
+from loadgen.client.http_stream import _ANCILLARY_SIZE, Endpoint, ReadLoop, StreamExchange
+from loadgen.client.protocol.base import FrameBuffer, StreamState
+from loadgen.client.protocol.sglang_native import SglangNativeAdapter
 from loadgen.prompts import Prompt
-from loadgen.protocol.base import FrameBuffer, StreamState
-from loadgen.protocol.sglang_native import SglangNativeAdapter
 
 STREAMS = 256
 ROUNDS = int(os.environ.get("ROUNDS", 400))

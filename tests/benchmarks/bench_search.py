@@ -17,11 +17,11 @@ from pathlib import Path
 
 import ray
 
-from loadgen import analysis
 from loadgen.config import parse_experiment
+from loadgen.driver.runner import run_experiment
 from loadgen.emulator.launch import EmulatorProcess
-from loadgen.runner import run_experiment
-from loadgen.slo import Slo
+from loadgen.results import analysis
+from loadgen.results.slo import Slo
 
 SLO = {"ttft_ms": 200, "attainment": 0.8}
 LOAD = {"warmup_s": 0.5, "measure_s": 1.0, "drain_timeout_s": 60.0}

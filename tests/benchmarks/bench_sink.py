@@ -17,8 +17,8 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen import schema
-from loadgen.sink import ResultsWriter
+from loadgen.results import schema
+from loadgen.results.sink import ResultsWriter
 
 BATCH = 12_500
 

@@ -20,7 +20,7 @@ import psutil
 import pyarrow as pa
 import ray
 
-from loadgen.ray_setup import INLINE_ARGUMENT_BYTES
+from loadgen.driver.ray_setup import INLINE_ARGUMENT_BYTES
 
 WINDOW_S = 5.0
 PERIOD_S = 0.1

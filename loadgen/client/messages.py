@@ -1,0 +1,57 @@
+"""What crosses Ray between the driver and a load worker: a step's orders and the worker's progress.
+
+Typed, so that both sides name the same fields (the driver decides a step's drain, error budget and lost rows
+from `WorkerProgress`); plain frozen dataclasses, because Ray pickles them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loadgen.client import arrivals
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One worker's orders for one step."""
+
+    run_id: str
+    step_id: int
+    concurrency: int | None          # this worker's share (closed loop; None in open loop)
+    t_start_ns: int
+    t_measure_start_ns: int
+    t_measure_end_ns: int
+    stall_timeout_s: float
+    request_timeout_s: float
+    sample_server: bool              # this worker also samples the server (one per target)
+    max_requests: int | None = None  # fixed-count step: this worker's quota, all in phase 'measure'
+    stagger: float = 0.0             # this worker's phase in [0, 1) of the slot start spacing (its index / W)
+    arrivals: arrivals.ArrivalSpec | None = None  # open loop: this worker's arrivals and in-flight cap
+    realtime_priority: bool = True   # the event-loop thread reads at SCHED_FIFO (see worker._raise_priority)
+    t_measure_min_end_ns: int | None = None  # closed loop: the window lasts at least this long, then the
+    #                                          driver ends it (close_window); None: t_measure_end_ns
+
+
+NOT_FAILED = ("ok", "cancelled")     # outcomes that are not failures: a drain's cut requests are by design
+
+
+@dataclass(frozen=True)
+class WorkerProgress:
+    """A worker's answer to the driver's poll: enough to decide when the drain is over, whether the error
+    budget is spent, and, should the worker die, which requests to record as `lost`."""
+
+    worker: str
+    in_flight: int = 0
+    measure_open: int = 0            # measured requests still running: the drain waits for these
+    sent: int = 0
+    quota_done: bool = False         # fixed-count step: this worker sent its quota
+    outcomes: dict[str, int] = field(default_factory=dict)   # status -> finished requests
+    unsettled: list[dict] = field(default_factory=list)      # rows the sink has not acknowledged
+
+    @property
+    def finished(self) -> int:
+        return sum(self.outcomes.values())
+
+    @property
+    def failed(self) -> int:
+        return sum(v for k, v in self.outcomes.items() if k not in NOT_FAILED)

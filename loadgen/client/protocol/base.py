@@ -1,0 +1,149 @@
+"""What every API flavour shares: the per-request record, the frame column buffer, the adapter interface.
+
+An adapter turns a request spec into an HTTP body and each SSE payload into updates of a `StreamState`
+(one per request) plus rows in a `FrameBuffer` (one per worker). Adapters never raise on server bytes:
+whatever arrives is classified into the request's status.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from loadgen.prompts import Prompt
+from loadgen.results import schema
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingSpec:
+    """Output policy shared by every request of a run."""
+
+    max_new_tokens: int
+    ignore_eos: bool = True
+    temperature: float = 0.0
+
+
+class FrameBuffer:
+    """Column lists for the `frames` table; appending costs a few list appends per frame."""
+
+    __slots__ = ("request_id", "seq", "t_ns", "tokens", "cum_tokens", "bytes")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.request_id: list[str] = []
+        self.seq: list[int] = []
+        self.t_ns: list[int] = []
+        self.tokens: list[int | None] = []
+        self.cum_tokens: list[int | None] = []
+        self.bytes: list[int] = []
+
+    def drop(self, n: int) -> None:
+        """Forget the first `n` rows (shipped); rows appended meanwhile stay."""
+        for column in self.columns().values():
+            del column[:n]
+
+    def __len__(self) -> int:
+        return len(self.t_ns)
+
+    def columns(self) -> dict[str, list]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+# `requests` columns that say where a request ran and what it asked, not what was measured: the worker fills
+# them when it builds the row (loadgen.client.shipping). Every other column is the StreamState field of that name.
+CONTEXT_COLUMNS = ("run_id", "step_id", "target", "node", "worker", "prompt_id", "prompt_kind", "template",
+                   "prompt_tokens_target")
+MEASURED = tuple(name for name in schema.REQUESTS.names if name not in CONTEXT_COLUMNS)
+
+
+class StreamState:
+    """Everything measured about one request; becomes exactly one `requests` row. Its fields are the
+    MEASURED columns (slots: attribute access on the hot path stays slot access), plus its working state."""
+
+    __slots__ = MEASURED + ("prompt", "cum_tokens", "finished", "saw_done", "frames")
+    # Types of the fields __init__ sets to None in chains (declarations only: nothing is stored on the class).
+    server_request_id: str | None
+    finish_reason: str | None
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    spec_verify_ct: int | None
+    spec_accept_length: float | None
+    server_e2e_s: float | None
+    t_sent_ns: int | None
+    t_headers_ns: int | None
+    t_first_token_ns: int | None
+    t_last_token_ns: int | None
+    t_done_ns: int | None
+
+    def __init__(self, request_id: str, prompt: Prompt, phase: str, t_scheduled_ns: int, frames: FrameBuffer):
+        self.request_id = request_id
+        self.prompt = prompt
+        self.phase = phase
+        self.frames = frames
+        self.t_scheduled_ns = t_scheduled_ns
+        self.server_request_id = self.finish_reason = self.error = None
+        self.prompt_tokens = self.completion_tokens = self.cached_tokens = None
+        self.spec_verify_ct = self.spec_accept_length = self.server_e2e_s = None
+        self.t_sent_ns = self.t_headers_ns = self.t_first_token_ns = self.t_last_token_ns = None
+        self.t_done_ns = None
+        self.http_status: int | None = None
+        self.status: str | None = None
+        self.num_frames = 0
+        self.cum_tokens = 0
+        self.finished = False   # a frame with a finish reason arrived
+        self.saw_done = False   # `data: [DONE]` arrived
+
+    def add_frame(self, t_ns: int, tokens: int | None, cum_tokens: int | None, nbytes: int) -> None:
+        """Record one frame that carries output."""
+        f = self.frames
+        f.request_id.append(self.request_id)
+        f.seq.append(self.num_frames)
+        f.t_ns.append(t_ns)
+        f.tokens.append(tokens)
+        f.cum_tokens.append(cum_tokens)
+        f.bytes.append(nbytes)
+        self.num_frames += 1
+        if self.t_first_token_ns is None:
+            self.t_first_token_ns = t_ns
+        self.t_last_token_ns = t_ns
+
+    def fail(self, status: str, error: str | None, http_status: int | None = None) -> None:
+        """Mark a failure. The first one wins (a timeout's own disconnect is no "broken stream"), except that a
+        malformed frame, after which reading goes on, gives way to whatever ends the stream later."""
+        if self.status is None or (self.status == "malformed_frame" and status != "malformed_frame"):
+            self.status = status
+            if error is not None:
+                self.error = error[:2000]
+            if http_status is not None:
+                self.http_status = http_status
+
+    def close(self, t_done_ns: int) -> None:
+        """End of the HTTP exchange: decide `ok` vs `stream_broken` if nothing failed before."""
+        self.t_done_ns = t_done_ns
+        if self.status is None:
+            if self.finished:
+                self.status = "ok"
+            else:
+                self.status = "stream_broken"
+                self.error = self.error or "stream ended without a finish frame"
+        if self.completion_tokens is None and self.num_frames:
+            self.completion_tokens = self.cum_tokens or None
+
+
+class Adapter(ABC):
+    """One API flavour (SGLang native, OpenAI completions, OpenAI chat)."""
+
+    flavor: str
+    path: str
+
+    @abstractmethod
+    def body(self, request_id: str, prompt: Prompt, sampling: SamplingSpec) -> bytes:
+        """The JSON request body for one streaming request."""
+
+    @abstractmethod
+    def on_payload(self, state: StreamState, payload: bytes, t_ns: int) -> None:
+        """Consume one SSE data payload that arrived at `t_ns`; never raises on server bytes."""

@@ -1,0 +1,107 @@
+"""The body of the Ray job entry points (jobs/capacity.py, jobs/fleet.py): validate, run, print the answer."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+from pathlib import Path
+
+if not sys.stdout.isatty():
+    # A log (`ray job logs`, a file, CI), not a terminal: Ray prints the workers' lines without colour codes and
+    # without folding similar lines of different workers into `[repeated Nx]`. Ray reads both when it is
+    # imported (below); the workers print plain progress lines instead of bars (runner._bring_up).
+    os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+from loadgen import __version__  # noqa: E402
+from loadgen.config import load_experiment  # noqa: E402
+from loadgen.driver import ray_setup, reach
+from loadgen.driver.resume import load_resume  # noqa: E402
+from loadgen.driver.runner import run_experiment  # noqa: E402
+from loadgen.errors import ConfigError, LoadgenError, user_message  # noqa: E402
+from loadgen.results import analysis, answer
+from loadgen.results.sink import check_writable  # noqa: E402
+from loadgen.results.slo import parse_slo_flag  # noqa: E402
+
+log = functools.partial(print, flush=True)
+
+CAPACITY_QUERIES: tuple[str, ...] = ()   # the answer (loadgen/results/answer.py) is the capacity job's output
+FLEET_QUERIES = ("fleet_nodes", "fleet_capacity")
+
+
+JOB_RESULTS = "~/loadgen-results"   # the default under `ray job submit`: on the driver's node, outside Ray's session
+
+
+def under_ray_job() -> bool:
+    """True when this process is the driver of a `ray job submit` job: its working directory is Ray's unpacked
+    package under the session folder, which is deleted with the Ray session."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ or "runtime_resources" in Path.cwd().parts
+
+
+def results_folder(given: str | None) -> Path:
+    """The absolute results folder: `given` (the flag or run.results), else ./results; under a Ray job the
+    default is ~/loadgen-results and a relative path is taken from the home folder, never from the job's
+    temporary working directory."""
+    if not under_ray_job():
+        return Path(given or "results").expanduser().resolve()
+    if given is None:
+        return Path(JOB_RESULTS).expanduser().resolve()
+    path = Path(given).expanduser()
+    return path if path.is_absolute() else (Path.home() / path).resolve()
+
+
+def run_capacity(config_path: str, results: str | None, ray_address: str | None,
+                 queries: tuple[str, ...] = CAPACITY_QUERIES, fleet: bool = False, slo: str | None = None,
+                 resume: str | None = None) -> int:
+    """Run an experiment file end to end and print the answer and `queries`; exit code 0 only if every step
+    completed. `slo`: the --slo flag (`ttft_ms=2000,tpot_ms=100`), over the file's [slo]. `resume`: a run id
+    to continue (README: Resuming a run), checked against the experiment before Ray starts."""
+    # every config error surfaces here, before Ray or any load
+    exp = load_experiment(config_path, parse_slo_flag(slo) if slo else None)
+    if fleet and exp.fleet is None:
+        raise ConfigError("fleet", "this experiment has no [fleet] table", "use python -m jobs.capacity for it")
+    folder = results_folder(results or exp.results)
+    check_writable(folder)               # before Ray starts, like the config
+    state = load_resume(folder, resume, exp) if resume else None
+    reach.check_targets(exp)             # a url the driver can tell is down: one line, no Ray
+    log(f"loadgen {__version__}: results go to {folder}")
+    ray_setup.connect(ray_address)
+    result = run_experiment(exp, str(folder), log=log, resume=state)
+    con = analysis.open_results(result.results_dir, [result.run_id])
+    log(f"\nrun {result.run_id}: {result.status}{' - ' + result.reason if result.reason else ''}")
+    answer.write_summary(con, result.results_dir, result.run_id, result.status)
+    log(answer.answer_text(con, result.results_dir, result.run_id))   # the answer first, then what the job adds
+    for query in queries:
+        log(f"\n{query}:\n" + analysis.render(analysis.run_query(con, query), "table"))
+    log(f"results: {result.results_dir}")
+    return 0 if result.status == "complete" else 1
+
+
+def job_main(prog: str, doc: str, queries: tuple[str, ...], fleet: bool) -> None:
+    """Parse the entry point's flags and run. A user error is one line on stderr (exit 2), a stop (`ray job
+    stop`, Ctrl-C) one line `run stopped` (exit 130); the wall time is printed only for a run that started."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    parser.add_argument("--config", required=True, help="experiment TOML file")
+    parser.add_argument("--results", help="results folder (default: run.results in the file, else ./results; "
+                        f"under `ray job submit`: {JOB_RESULTS} on the driver's node)")
+    parser.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    parser.add_argument("--slo", metavar="LINES", help="the SLO, over the file's [slo]: e.g. "
+                        "ttft_ms=2000,tpot_ms=100,attainment=0.9 (see README, Capacity at an SLO)")
+    parser.add_argument("--resume", metavar="RUN_ID", help="continue this stopped run with the same experiment: "
+                        "its finished steps are kept, the rest run (README: Resuming a run)")
+    parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
+    args = parser.parse_args()
+    started = time.monotonic()
+    try:
+        code = run_capacity(args.config, args.results, args.ray_address, queries, fleet, args.slo, args.resume)
+    except LoadgenError as exc:
+        print(f"error: {user_message(exc)}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except KeyboardInterrupt as exc:   # Ctrl-C, or runner.Stopped (SIGTERM from `ray job stop`)
+        print(f"run stopped ({str(exc) or 'interrupted'}); what was measured is kept", file=sys.stderr, flush=True)
+        sys.exit(130)
+    log(f"wall time {time.monotonic() - started:.1f} s")
+    sys.exit(code)

@@ -1,0 +1,145 @@
+"""The driver's side of a step's measurement window: when each target's window closes, when the drain is
+over, whether the error budget is spent, and the `lost` rows of workers that died.
+
+The worker's side is `LoadWorker.close_window`, `measure_sent_count` and `progress` (a `WorkerProgress`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from loadgen.client.messages import NOT_FAILED, WorkerProgress
+from loadgen.clock import now_ns
+from loadgen.config import LoadConfig
+from loadgen.results import schema
+
+POLL_S = 0.2
+
+
+@dataclass
+class Drain:
+    """How waiting out a step ended."""
+
+    drained: bool
+    dead: dict[int, tuple[WorkerProgress | None, str]]   # index in `active` -> (last progress, why it is dead)
+    budget: str | None = None           # set when the error budget was exceeded
+
+
+def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_s: float, max_measure_s: float,
+                   needs: list[int], log: Callable[[str], None]) -> list[int]:
+    """End each target's closed-loop window once it is `measure_s` long and `needs[g]` requests (default: C;
+    a search asks for enough for a clear call) were sent inside it, or at `max_measure_s`: with requests longer
+    than the window, a fixed window could hold no measured request at all. Returns each target's window end."""
+    t_ms = t_min_end - int(measure_s * 1e9)
+    t_max_end = t_ms + int(max_measure_s * 1e9)
+    ends: list[int | None] = [None] * len(groups)
+    while now_ns() < t_min_end:
+        time.sleep(min(POLL_S, max((t_min_end - now_ns()) / 1e9, 0.0)))
+    while None in ends:
+        for g, workers in enumerate(groups):
+            if ends[g] is not None:
+                continue
+            enough = sum(_measure_sent(w) for w in workers) >= needs[g]
+            t = now_ns()  # after the counts: a request sent while they were read is counted and stays measured
+            if enough or t >= t_max_end:
+                ends[g] = t
+                for w in workers:
+                    w.close_window.remote(t)
+                if t > t_min_end + POLL_S * 2e9:
+                    log(f"  {names[g]}: window extended to {(t - t_ms) / 1e9:.1f} s to hold {needs[g]} measured "
+                        "requests" + (" (max_measure_s reached)" if t >= t_max_end else ""))
+        if None in ends:
+            time.sleep(POLL_S)
+    return ends  # type: ignore[return-value]
+
+
+def _measure_sent(worker: Any) -> int:
+    """Requests a worker sent inside the open window (0 for a dead worker: the drain wait deals with it)."""
+    try:
+        return ray.get(worker.measure_sent_count.remote(now_ns()))  # the window reaches at least this far
+    except ray.exceptions.RayActorError:
+        return 0
+
+
+def wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load: LoadConfig, counted: bool = False
+                   ) -> Drain:
+    """Sleep through the window, then poll until no measured request is open (drained) or the deadline.
+    A fixed-count step is over when every worker has sent its quota and nothing is in flight. Every poll
+    keeps each worker's last progress (its unsettled requests, should it die) and checks the error budget;
+    a worker that stops answering is dead for the rest of the step (on_worker_death = "stop" ends it)."""
+    last: dict[int, WorkerProgress] = {}
+    dead: dict[int, tuple[WorkerProgress | None, str]] = {}
+    while True:
+        if now_ns() < t_measure_end:
+            time.sleep(min(POLL_S, max((t_measure_end - now_ns()) / 1e9, 0.0)))
+        for i, ref in [(i, w.progress.remote()) for i, w in enumerate(workers) if i not in dead]:
+            try:
+                last[i] = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                dead[i] = (last.get(i), exc.__class__.__name__)
+        live = [last[i] for i in last if i not in dead]
+        budget = _over_budget(load.error_budget, [*live, *(p for p, _ in dead.values() if p)])
+        if budget or (dead and load.on_worker_death == "stop") or not live:
+            return Drain(False, dead, budget)
+        if now_ns() >= t_measure_end and all(
+                p.measure_open == 0 and (not counted or p.quota_done) for p in live):
+            return Drain(not dead, dead)
+        if now_ns() >= t_deadline:
+            return Drain(False, dead)
+        if now_ns() >= t_measure_end:
+            time.sleep(POLL_S)
+
+
+def _over_budget(budget: float | None, progress: list[WorkerProgress]) -> str | None:
+    """The reason to stop when a step's failed requests exceed the budget (a count, or a share judged once
+    20 requests have finished); None otherwise."""
+    failed = sum(p.failed for p in progress)
+    finished = sum(p.finished for p in progress)
+    if budget is None or (0 < budget < 1 and finished < 20):
+        return None
+    limit = budget * finished if 0 < budget < 1 else budget
+    if failed <= limit:
+        return None
+    classes: dict[str, int] = {}
+    for p in progress:
+        for k, v in p.outcomes.items():
+            if k not in NOT_FAILED:
+                classes[k] = classes.get(k, 0) + v
+    what = ", ".join(f"{v} {k}" for k, v in sorted(classes.items()))
+    allowed = f"{budget:.0%} of {finished}" if 0 < budget < 1 else f"{budget:g}"
+    return f"error budget exceeded: {failed} failed requests ({what}) > {allowed}"
+
+
+def stop_workers(workers: list, drain: Drain, reason: str) -> list[dict]:
+    """stop_step on every live worker; one that died meanwhile joins `drain.dead` with its last progress."""
+    refs = {i: w.stop_step.remote(reason) for i, w in enumerate(workers) if i not in drain.dead}
+    counts = []
+    for i, ref in refs.items():
+        try:
+            counts.append(ray.get(ref))
+        except ray.exceptions.RayActorError as exc:
+            drain.dead[i] = (None, exc.__class__.__name__)
+    return counts
+
+
+def write_lost_rows(sink: Any, run_id: str, step_id: int, dead: dict[int, tuple[WorkerProgress | None, str]]
+                     ) -> list[int]:
+    """A `lost` row for each request a dead worker held whose row never reached the sink; counts per worker."""
+    counts = []
+    for progress, why in dead.values():
+        rows = progress.unsettled if progress else []
+        name = progress.worker if progress else "?"
+        written = ray.get(sink.request_ids.remote(step_id, name)) if rows else set()
+        lost = [dict(r, status="lost", error=f"worker {name} died ({why}); last known status: "
+                     f"{r['status'] or 'in flight'}") for r in rows if r["request_id"] not in written]
+        if lost:
+            sink.write.remote({"requests": schema.batch_from_rows("requests", lost)})
+        counts.append(len(lost))
+    return counts
+
+

@@ -1,0 +1,218 @@
+"""The job's answer, words first: a headline per comparison, a table that fits 120 columns, and the command for
+the full tables; the same as summary.json and summary.md beside the run's Parquet tables (for CI and dashboards
+that do not run DuckDB).
+
+Every figure comes from the views over a connection of `analysis.open_results` (queries/views.sql: `comparison`
+for tok/s, acceptance, % change and signal; `measured` for the request counts), so the words say exactly what
+`loadgen query compare_algorithms` shows.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import duckdb
+
+from loadgen.results.slo_answer import capacity_lines  # the capacity at the SLO, when the run has one
+
+WIDTH = 120        # the table fits a 120-column terminal or log viewer
+NAME_WIDTH = 12    # a series name in a column header is cut to this
+
+_LEVELS = """
+WITH n AS (
+    SELECT m.run_id, m.target, s.algorithm, s.draft_tokens, s.concurrency, s.rate, count(*) AS n
+    FROM measured m JOIN step_info s USING (run_id, step_id, target)
+    GROUP BY ALL
+)
+SELECT c.run_id, c.baseline_target, c.target, c.concurrency, c.rate,
+       coalesce(nb.n, 0) AS baseline_n, coalesce(no.n, 0) AS n,
+       round(c.baseline_tok_s, 2) AS baseline_tok_s, round(c.baseline_accept_len, 3) AS baseline_accept_len,
+       round(c.tok_s, 2) AS tok_s, round(c.accept_len, 3) AS accept_len,
+       round(c.tok_s_change_pct, 1) AS tok_s_change_pct,   -- rounded as compare_algorithms shows them
+       least(c.repeats, c.baseline_repeats) AS repeats, c.signal, c.any_emulated AS emulated
+FROM comparison c
+LEFT JOIN n nb ON nb.run_id = c.run_id AND nb.target = c.baseline_target
+              AND nb.algorithm IS NOT DISTINCT FROM c.baseline_algorithm
+              AND nb.draft_tokens IS NOT DISTINCT FROM c.baseline_draft_tokens
+              AND nb.concurrency IS NOT DISTINCT FROM c.concurrency AND nb.rate IS NOT DISTINCT FROM c.rate
+LEFT JOIN n no ON no.run_id = c.run_id AND no.target = c.target
+              AND no.algorithm IS NOT DISTINCT FROM c.algorithm
+              AND no.draft_tokens IS NOT DISTINCT FROM c.draft_tokens
+              AND no.concurrency IS NOT DISTINCT FROM c.concurrency AND no.rate IS NOT DISTINCT FROM c.rate
+WHERE NOT c.is_baseline
+ORDER BY c.run_id, c.baseline_target, c.target, c.algorithm, c.draft_tokens, c.concurrency, c.rate
+"""
+
+
+@dataclass
+class Level:
+    """One load level of a comparison: the baseline and the other series side by side."""
+
+    level: str                 # "C=8" or "rate=2/s"
+    value: float               # the concurrency or rate, for "between 8 and 16"
+    baseline_n: int            # measured requests (all repeats)
+    n: int
+    baseline_tok_s: float | None
+    baseline_accept_len: float | None
+    tok_s: float | None
+    accept_len: float | None
+    change_pct: float | None   # tok/s of the other series vs the baseline's
+    repeats: int
+    signal: bool | None        # None: unknown (one repeat); False: inside the spread over repeats
+    emulated: bool             # a series ran on loadgen's emulator: the numbers are its model's
+
+
+@dataclass
+class Comparison:
+    run_id: str
+    baseline: str
+    other: str
+    headline: str
+    levels: list[Level]
+
+
+def comparisons(con: duckdb.DuckDBPyConnection) -> list[Comparison]:
+    """Every (baseline, other series) pair of the selected runs, with its headline."""
+    cursor = con.execute(_LEVELS)
+    names = [d[0] for d in cursor.description]
+    pairs: dict[tuple[str, str, str], list[Level]] = {}
+    for row in cursor.fetchall():
+        r = dict(zip(names, row))
+        is_rate = r["concurrency"] is None
+        value = r["rate"] if is_rate else r["concurrency"]
+        pairs.setdefault((r["run_id"], r["baseline_target"], r["target"]), []).append(Level(
+            f"rate={value:g}/s" if is_rate else f"C={value}", value, r["baseline_n"], r["n"], r["baseline_tok_s"],
+            r["baseline_accept_len"], r["tok_s"], r["accept_len"], r["tok_s_change_pct"], r["repeats"],
+            r["signal"], bool(r["emulated"])))
+    return [Comparison(run, base, other, headline(base, other, levels), levels)
+            for (run, base, other), levels in pairs.items()]
+
+
+def headline(baseline: str, other: str, levels: list[Level]) -> str:
+    """`dflash2 ahead up to C=8 (+12..+33%), mtp ahead from C=16 (-2..-11%); crossover between 8 and 16; noise:
+    unknown, 1 repeat`. Percentages are the other series' tok/s vs the baseline's; a tie is left out."""
+    decided = [lv for lv in levels if lv.change_pct]
+    if not decided:
+        return f"{other} vs {baseline}: no level with both series measured"
+    runs: list[list[Level]] = []
+    for lv in decided:
+        if runs and (_change(runs[-1][-1]) > 0) == (_change(lv) > 0):
+            runs[-1].append(lv)
+        else:
+            runs.append([lv])
+    parts = []
+    for i, run in enumerate(runs):
+        leader = other if _change(run[0]) > 0 else baseline
+        if len(runs) == 1:
+            where = f"at every level ({run[0].level}..{_bare(run[-1])})" if len(run) > 1 else f"at {run[0].level}"
+        elif i == 0:
+            where = f"up to {run[-1].level}"
+        elif i == len(runs) - 1:
+            where = f"from {run[0].level}"
+        else:
+            where = f"at {run[0].level}" + (f"..{_bare(run[-1])}" if len(run) > 1 else "")
+        parts.append(f"{leader} ahead {where} ({_span([_change(lv) for lv in run])})")
+    text = ", ".join(parts)
+    crossings = [f"{_bare(before[-1])} and {_bare(after[0])}" for before, after in zip(runs, runs[1:])]
+    if crossings:
+        text += "; crossover between " + ", ".join(crossings)
+    return text + "; noise: " + _noise(decided)
+
+
+def _change(level: Level) -> float:
+    """A decided level's change_pct (headline keeps only the levels whose change is set and not zero)."""
+    assert level.change_pct
+    return level.change_pct
+
+
+def _bare(level: Level) -> str:
+    return f"{level.value:g}"
+
+
+def _span(changes: list[float]) -> str:
+    """+12..+33% (or one value), ordered by size."""
+    low, high = sorted((min(changes, key=abs), max(changes, key=abs)), key=abs)
+    return f"{low:+.0f}%" if round(low) == round(high) else f"{low:+.0f}..{high:+.0f}%"
+
+
+def _noise(levels: list[Level]) -> str:
+    repeats = min(lv.repeats for lv in levels)
+    if repeats < 2:
+        return f"unknown, {repeats} repeat (set load.repeats = 2 or more to see the spread)"
+    inside = [lv.level for lv in levels if lv.signal is False]
+    if not inside:
+        return f"every difference is outside the spread over {repeats} repeats"
+    return f"inside the spread over {repeats} repeats at {', '.join(inside)} (no signal there)"
+
+
+def table(comparison: Comparison) -> str:
+    """The comparison's levels as a fixed-width table of at most WIDTH columns."""
+    base, other = comparison.baseline[:NAME_WIDTH], comparison.other[:NAME_WIDTH]
+    header = ["level", "n", f"{base} tok/s", f"{base} acc", f"{other} tok/s", f"{other} acc", "change", "signal"]
+    rows = [_cells(lv) for lv in comparison.levels]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line[:WIDTH].rstrip() for line in lines)
+
+
+def _cells(lv: Level) -> list[str]:
+    return [lv.level, f"{lv.baseline_n}/{lv.n}", _num(lv.baseline_tok_s, 1), _num(lv.baseline_accept_len, 2),
+            _num(lv.tok_s, 1), _num(lv.accept_len, 2), "" if lv.change_pct is None else f"{lv.change_pct:+.1f}%",
+            {True: "yes", False: "no (noise)", None: "unknown"}[lv.signal]]
+
+
+def _num(value: float | None, places: int) -> str:
+    return "" if value is None else f"{value:.{places}f}"
+
+
+def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -> str:
+    """What the job prints after a run: headlines, then a table per comparison, then where the rest is."""
+    found = comparisons(con)
+    lines = ["", "answer:"]
+    lines += [textwrap.fill(f"{c.other} vs {c.baseline}: {c.headline}", WIDTH, initial_indent="  ",
+                            subsequent_indent="    ") for c in found] or [
+        "  one series only: nothing to compare (add a second target to compare algorithms)"]
+    lines += [f"  {line}" for line in capacity_lines(con)]
+    if any(lv.emulated for c in found for lv in c.levels):
+        lines.append("  (emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
+    for c in found:
+        lines += ["", f"{c.other} vs {c.baseline} (n = measured requests, {c.baseline}/{c.other}; acc = acceptance "
+                      "length; change = tok/s vs the baseline):", table(c)]
+    lines += ["", f"full tables: loadgen query compare_algorithms --results {results_dir} --run {run_id}",
+              f"             loadgen query latency_by_concurrency --results {results_dir} --run {run_id}",
+              f"summary: {summary_dir(results_dir, run_id)}/summary.md (and summary.json)"]
+    return "\n".join(lines)
+
+
+def summary_dir(results_dir: str, run_id: str) -> Path:
+    """Where a run's summary files go: beside its Parquet tables, in the same run_id= layout."""
+    return Path(results_dir) / "summary" / f"run_id={run_id}"
+
+
+def write_summary(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str, status: str) -> Path:
+    """summary.json (the headline tables as data) and summary.md (the same as text) for one run."""
+    found = comparisons(con)
+    folder = summary_dir(results_dir, run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"run_id": run_id, "status": status, "capacity": capacity_lines(con),
+            "comparisons": [asdict(c) for c in found]}
+    (folder / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
+    md = [f"# {run_id} ({status})", ""]
+    md += [f"- **{c.other} vs {c.baseline}**: {c.headline}" for c in found] + [
+        f"- {line}" for line in capacity_lines(con)]
+    for c in found:
+        md += ["", f"## {c.other} vs {c.baseline}", "", _markdown(c)]
+    (folder / "summary.md").write_text("\n".join(md) + "\n")
+    return folder
+
+
+def _markdown(c: Comparison) -> str:
+    head = ["level", f"n ({c.baseline}/{c.other})", f"{c.baseline} tok/s", f"{c.baseline} acc", f"{c.other} tok/s",
+            f"{c.other} acc", "change", "signal"]
+    rows = [_cells(lv) for lv in c.levels]
+    return "\n".join("| " + " | ".join(r) + " |" for r in [head, ["---"] * len(head), *rows])

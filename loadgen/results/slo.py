@@ -1,0 +1,102 @@
+"""Service-level objectives: per-request lines plus the share of requests that must meet them.
+
+The SLO is data, judged in SQL (queries/views.sql `step_slo`, `level_slo`): this module only reads it from the
+experiment file or `--slo`, checks it, and says how many requests a clear call needs. A run saves its SLO in
+`runs.slo`, so an old run can be judged again against another one (`loadgen query goodput --set slo_ttft_ms=..`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loadgen.errors import ConfigError
+
+# z of the two-sided 95% Wilson score interval that SQL puts around each attainment (views.sql `wilson_*`).
+WILSON_Z = 1.96
+LINES = ("ttft_ms", "tpot_ms", "e2e_s")
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_ms: float | None = None     # per request: time to first token
+    tpot_ms: float | None = None     # per request: mean time per output token after the first
+    e2e_s: float | None = None       # per request: send to last byte
+    attainment: float = 0.9          # share of measured requests that must meet every line
+    max_error_rate: float = 0.01     # share of measured requests that may fail (http error, timeout, ...)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def describe(self) -> str:
+        """`TTFT <= 2 s and TPOT <= 100 ms for 90% of requests`: the SLO in the words of the answer."""
+        lines = []
+        if self.ttft_ms is not None:
+            lines.append(f"TTFT <= {_duration(self.ttft_ms / 1e3)}")
+        if self.tpot_ms is not None:
+            lines.append(f"TPOT <= {_duration(self.tpot_ms / 1e3)}")
+        if self.e2e_s is not None:
+            lines.append(f"e2e <= {_duration(self.e2e_s)}")
+        return f"{' and '.join(lines)} for {self.attainment:.0%} of requests"
+
+    def requests_for_clear_pass(self) -> int:
+        """The fewest measured requests whose attainment interval can clear the threshold: with every request
+        meeting the SLO the Wilson lower bound is n / (n + z^2), so n >= z^2 * a / (1 - a) (35 for a = 0.9)."""
+        if self.attainment >= 1.0:
+            return 1 << 30
+        return max(1, math.ceil(WILSON_Z ** 2 * self.attainment / (1 - self.attainment) - 1e-9))
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:g} s" if seconds >= 1 else f"{seconds * 1e3:g} ms"
+
+
+def parse_slo(raw: dict[str, Any], key: str = "slo") -> Slo:
+    """An [slo] table (or the pairs of `--slo`); at least one per-request line. min_decode_tok_s is the same
+    line as tpot_ms, said as a rate (tpot_ms = 1000 / min_decode_tok_s)."""
+    known = (*LINES, "min_decode_tok_s", "attainment", "max_error_rate")
+    values: dict[str, float] = {}
+    for name, value in raw.items():
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+            hint = f"did you mean `{close[0]}`? " if close else ""
+            raise ConfigError(f"{key}.{name}", "unknown key", f"{hint}known keys here: {', '.join(known)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{key}.{name}", f"must be a number > 0, got {value!r}")
+        values[name] = float(value)
+    if "min_decode_tok_s" in values:
+        if "tpot_ms" in values:
+            raise ConfigError(f"{key}.min_decode_tok_s", "says the same as tpot_ms", "give one of the two")
+        values["tpot_ms"] = 1000.0 / values.pop("min_decode_tok_s")
+    if not any(line in values for line in LINES):
+        raise ConfigError(key, "has no per-request line", "set at least one of ttft_ms, tpot_ms (or "
+                          "min_decode_tok_s), e2e_s, e.g. ttft_ms = 2000")
+    for name in ("attainment", "max_error_rate"):
+        if values.get(name, 0.5) > 1:
+            raise ConfigError(f"{key}.{name}", f"is a share, at most 1; got {values[name]:g}",
+                              "e.g. 0.9 for 90%")
+    return Slo(**values)
+
+
+def parse_slo_flag(text: str) -> dict[str, float]:
+    """`ttft_ms=2000,tpot_ms=100` (the `--slo` flag) -> the pairs of an [slo] table, checked by parse_slo."""
+    pairs: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = item.partition("=")
+        try:
+            pairs[name.strip()] = float(value)
+        except ValueError:
+            raise ConfigError("--slo", f"{item!r} is not NAME=NUMBER", "e.g. --slo ttft_ms=2000,tpot_ms=100") from None
+    return pairs
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One level's SLO call, pooled over its runs (SQL: level_slo)."""
+
+    passed: bool
+    clear: bool               # the attainment interval does not straddle the threshold
+    runs: int
