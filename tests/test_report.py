@@ -19,7 +19,10 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from loadgen.results.analysis import open_results, run_query  # noqa: E402
-from loadgen.results.report import load_report, markdown_summary, plots, write_report  # noqa: E402
+from loadgen.results.report import write_report  # noqa: E402
+from loadgen.results.report.data import load_report  # noqa: E402
+from loadgen.results.report.html import markdown_summary  # noqa: E402
+from loadgen.results.report.plots import plots  # noqa: E402
 from sqlfixtures import Results  # noqa: E402
 from test_queries_compare import DFLASH, MTP, add_series  # noqa: E402
 
@@ -110,6 +113,7 @@ def test_html_page_verdict_first_tables_readable(tmp_path):
     assert "<th>run</th>" not in text and "<th>emulated</th>" not in text  # one run, all emulated: the title says
     throughput = tables["Throughput per step"]
     assert "<th>tok/s</th>" in throughput and "<th>window (s)</th>" in throughput      # units in headers
+    assert "<th>tok/s change (%)</th>" in tables["Baseline vs others per level"]
     assert "<details open><summary>Where the faster series changes (1 row)" in text
     assert "<details><summary>Latency per step (ms; decode_tok_s in tok/s) (" in text   # long: collapsed
 
