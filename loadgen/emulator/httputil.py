@@ -1,16 +1,11 @@
-"""Small pieces every route shares: the app key of the emulator state, JSON responses, SGLang error bodies."""
+"""Small pieces every route shares: JSON responses and SGLang error bodies."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
-
-if TYPE_CHECKING:
-    from loadgen.emulator.server import Emulator
-
-EMU: web.AppKey[Emulator] = web.AppKey("emu")
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

@@ -12,8 +12,8 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from loadgen.emulator.engine import EmuRequest
-    from loadgen.emulator.server import Emulator
+    from loadgen.emulator.engine import EmuRequest, Engine
+    from loadgen.emulator.spec import SpecConfig
 
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 120.0, 160.0)
 ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2,
@@ -73,10 +73,10 @@ class Metrics:
         self._last.pop(id(req), None)
 
 
-def render(emu: Emulator) -> str:
-    """The full /metrics page."""
-    eng, c, spec = emu.engine, emu.engine.counters, emu.spec
-    labels = f'model_name="{emu.served_model_name}",tp_rank="0",dp_rank="0"'
+def render(m: Metrics, eng: Engine, spec: SpecConfig, model_name: str) -> str:
+    """The full /metrics page: the engine's gauges and counters, then the histograms."""
+    c = eng.counters
+    labels = f'model_name="{model_name}",tp_rank="0",dp_rank="0"'
     used = sum(r.prompt_tokens + len(r.output_ids) for r in eng.running)
     proposed = c.verify_steps * (spec.verify_tokens - 1)
     gauges = {
@@ -96,7 +96,6 @@ def render(emu: Emulator) -> str:
     for name, value in counters.items():
         lines += [f"# HELP sglang:{name} {name.replace('_', ' ')}", f"# TYPE sglang:{name} counter",
                   f"sglang:{name}{{{labels}}} {float(value)}"]
-    m = emu.metrics
     for name, hist in (("time_to_first_token_seconds", m.ttft), ("inter_token_latency_seconds", m.itl),
                        ("e2e_request_latency_seconds", m.e2e)):
         lines += [f"# HELP sglang:{name} {name.replace('_', ' ')}", f"# TYPE sglang:{name} histogram"]

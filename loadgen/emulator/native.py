@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from loadgen.emulator import streaming
 from loadgen.emulator.engine import EmuRequest
-from loadgen.emulator.httputil import EMU, json_response
+from loadgen.emulator.httputil import json_response
 from loadgen.emulator.sampling import ContractError, invalid_type, parse_sampling_params
-
-if TYPE_CHECKING:
-    from loadgen.emulator.server import Emulator
+from loadgen.emulator.state import EmulatorState, emulator
 
 
 def parse_generate(body: Any) -> tuple[str | list[int], dict[str, Any], bool, str | None]:
@@ -44,7 +42,7 @@ class NativeFormat:
 
     headers_after_first = False
 
-    def __init__(self, emu: Emulator) -> None:
+    def __init__(self, emu: EmulatorState) -> None:
         self.emu = emu
         self.incremental = emu.args.incremental_streaming_output
 
@@ -104,7 +102,7 @@ class NativeFormat:
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
-    emu: Emulator = request.app[EMU]
+    emu = emulator(request)
     try:
         body = orjson.loads(await request.read())
     except orjson.JSONDecodeError as exc:
@@ -123,4 +121,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
     fmt = NativeFormat(emu)
     if stream:
         return await streaming.stream(request, req, emu.engine, fmt)
-    return await emu.wait_whole(req, lambda: emu.native_whole(req, fmt))
+    return await emu.wait_whole(req, lambda: _whole(emu, req, fmt))
+
+
+def _whole(emu: EmulatorState, req: EmuRequest, fmt: NativeFormat) -> web.Response:
+    """A non-streaming /generate answer: the whole text and meta_info, or the abort's HTTP error."""
+    err = emu.abort_error(req)
+    if err is not None:
+        return err
+    n = len(req.output_ids)
+    return json_response({"text": req.text, "output_ids": list(req.output_ids), "meta_info": fmt.meta(req, n, True)})

@@ -14,18 +14,16 @@ from __future__ import annotations
 import json
 import time
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from loadgen.emulator import streaming
 from loadgen.emulator.engine import EmuRequest
-from loadgen.emulator.httputil import EMU, error_body, json_response
+from loadgen.emulator.httputil import error_body, json_response
 from loadgen.emulator.promptinfo import estimate_tokens
-
-if TYPE_CHECKING:
-    from loadgen.emulator.server import Emulator
+from loadgen.emulator.state import EmulatorState, emulator
 
 
 class BadRequest(ValueError):
@@ -80,7 +78,7 @@ def usage(prompt: int, completion: int, drop_none: bool = False) -> dict[str, An
     return {k: v for k, v in u.items() if v is not None} if drop_none else u
 
 
-def spec_details(emu: Emulator, req: EmuRequest) -> dict[str, Any] | None:
+def spec_details(emu: EmulatorState, req: EmuRequest) -> dict[str, Any] | None:
     """SpecTokensDetails of a finished request (None when speculation is off or never verified)."""
     spec = emu.spec
     if not spec.enabled or req.spec_verify_ct == 0:
@@ -104,7 +102,7 @@ class _OpenAIFormat:
     headers_after_first = True
     obj = ""
 
-    def __init__(self, emu: Emulator, body: dict, model: str) -> None:
+    def __init__(self, emu: EmulatorState, body: dict, model: str) -> None:
         self.emu, self.model = emu, model
         self.created = int(time.time())
         opts = body.get("stream_options") or {}
@@ -210,7 +208,7 @@ class ChatFormat(_OpenAIFormat):
 
 
 async def _serve(request: web.Request, chat: bool) -> web.StreamResponse:
-    emu: Emulator = request.app[EMU]
+    emu = emulator(request)
     if request.content_type != "application/json":
         return _bad(f"Unsupported Media Type: Only 'application/json' is allowed, got {request.content_type!r}")
     try:

@@ -16,12 +16,13 @@ from loadgen.emulator import profiles
 from loadgen.emulator.costmodel import CostModel
 from loadgen.emulator.engine import EmuRequest, Engine, QueueFull, resolve_min_free_slots
 from loadgen.emulator.faults import FaultPicker
-from loadgen.emulator.httputil import EMU, error_body, json_response
+from loadgen.emulator.httputil import error_body, json_response
 from loadgen.emulator.metrics import Metrics, render
-from loadgen.emulator.native import NativeFormat, generate
+from loadgen.emulator.native import generate
 from loadgen.emulator.openai_routes import chat_completions, completions
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
 from loadgen.emulator.spec import SpecConfig, resolve
+from loadgen.emulator.state import EMU, emulator
 
 SGLANG_VERSION = "0.5.23"
 
@@ -131,14 +132,6 @@ class Emulator:
             return json_response(error_body(fr.get("message", "aborted"), code), code)
         return None
 
-    def native_whole(self, req: EmuRequest, fmt: NativeFormat) -> web.Response:
-        err = self.abort_error(req)
-        if err is not None:
-            return err
-        n = len(req.output_ids)
-        return json_response({"text": req.text, "output_ids": list(req.output_ids),
-                              "meta_info": fmt.meta(req, n, True)})
-
     # ---- server state
     def server_args(self) -> dict:
         a, s = self.args, self.spec
@@ -172,16 +165,12 @@ class Emulator:
 
 
 # ---- routes
-def _emu(request: web.Request) -> Emulator:
-    return request.app[EMU]
-
-
 async def get_server_info(request: web.Request) -> web.Response:
-    return json_response(_emu(request).server_info())
+    return json_response(emulator(request).server_info())
 
 
 async def get_model_info(request: web.Request) -> web.Response:
-    emu = _emu(request)
+    emu = emulator(request)
     return json_response({"model_path": emu.args.model_path, "served_model_name": emu.served_model_name,
                           "tokenizer_path": emu.args.model_path, "is_generation": True,
                           "preferred_sampling_params": None, "weight_version": "default",
@@ -189,14 +178,14 @@ async def get_model_info(request: web.Request) -> web.Response:
 
 
 async def v1_models(request: web.Request) -> web.Response:
-    emu = _emu(request)
+    emu = emulator(request)
     return json_response({"object": "list", "data": [
         {"id": emu.served_model_name, "object": "model", "created": int(emu.startup_time), "owned_by": "sglang",
          "root": emu.served_model_name, "parent": None, "max_model_len": emu.model.context_len}]})
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    emu = _emu(request)
+    emu = emulator(request)
     if emu.engine.busy:
         return web.Response(status=400, text="Flush cache failed.\n")
     emu.engine.flush()
@@ -205,12 +194,12 @@ async def flush_cache(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    return web.Response(status=503 if _emu(request).starting else 200)
+    return web.Response(status=503 if emulator(request).starting else 200)
 
 
 async def health_generate(request: web.Request) -> web.Response:
     """200 after a 1-token generation succeeds (not recorded as load); 503 while starting."""
-    emu = _emu(request)
+    emu = emulator(request)
     if emu.starting:
         return web.Response(status=503)
     if not emu.engine.busy:
@@ -223,26 +212,27 @@ async def health_generate(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    emu = _emu(request)
+    emu = emulator(request)
     if not emu.args.enable_metrics:
         raise web.HTTPNotFound()
-    return web.Response(text=render(emu), content_type="text/plain", charset="utf-8",
+    page = render(emu.metrics, emu.engine, emu.spec, emu.served_model_name)
+    return web.Response(text=page, content_type="text/plain", charset="utf-8",
                         headers={"X-Content-Type": "text/plain; version=0.0.4"})
 
 
 async def emulator_requests(request: web.Request) -> web.Response:
-    return json_response({"requests": [r.record() for r in _emu(request).engine.ledger]})
+    return json_response({"requests": [r.record() for r in emulator(request).engine.ledger]})
 
 
 async def emulator_reset(request: web.Request) -> web.Response:
-    _emu(request).engine.reset_ledger()
+    emulator(request).engine.reset_ledger()
     return json_response({"ok": True})
 
 
 @web.middleware
 async def api_key_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """--api-key: every route but /health*, /ready and /metrics needs `Authorization: Bearer KEY`."""
-    key = request.app[EMU].args.api_key
+    key = emulator(request).args.api_key
     path = request.path
     if key and not path.startswith(("/health", "/ready", "/metrics")):
         auth = request.headers.get("Authorization", "")

@@ -11,8 +11,16 @@ from statistics import median
 from typing import TYPE_CHECKING, Literal
 
 from loadgen.results.report.data import SMALL_SAMPLE, Report, Rows, SeriesKey, level, level_text, pct
-from loadgen.results.report.figure import (by_series, level_axis, png, pyplot, series_legend, shade,
-                                           small_multiples, style_legend)
+from loadgen.results.report.figure import (
+    by_series,
+    level_axis,
+    png,
+    pyplot,
+    series_legend,
+    shade,
+    small_multiples,
+    style_legend,
+)
 
 if TYPE_CHECKING:   # matplotlib is an optional extra (loadgen[report]), imported when a report is drawn
     from matplotlib.axes import Axes
