@@ -121,10 +121,24 @@ _FLAG_OF_KEY = {"load.concurrency": "--concurrency", "load.rates": "--rate", "lo
 
 def _query(args: argparse.Namespace) -> int:
     from loadgen.results import analysis
+    if args.list:
+        print(_query_list())
+        return 0
+    if args.name is None:
+        raise LoadgenError("loadgen query: no query named; fix: give one, e.g. `loadgen query compare_algorithms`, "
+                           "or see them all with `loadgen query --list`")
     con = analysis.open_results(args.results, args.run or None)
     params = analysis.parse_params(args.set or [])
     print(analysis.render(analysis.run_query(con, args.name, params), args.format))
     return 0
+
+
+def _query_list() -> str:
+    """Every query, one line each: its name and its description (read from its SQL file's header)."""
+    from loadgen.results.analysis import query_descriptions
+    found = query_descriptions()
+    width = max(map(len, found))
+    return "\n".join(f"{name.ljust(width)}  {text}" for name, text in found.items())
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -202,8 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "ttft_ms=2000,tpot_ms=100,attainment=0.9 (README: Capacity at an SLO)")
     p.set_defaults(func=_adhoc)
 
-    p = sub.add_parser("query", help="run one of the SQL files in queries/ over a results folder")
-    p.add_argument("name", help="query name (file stem in queries/, e.g. compare_algorithms)")
+    p = sub.add_parser("query", help="run one of the SQL files in queries/ over a results folder",
+                       description="Run one of the SQL files in queries/ over a results folder.",
+                       epilog="queries:\n" + _query_list(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", help="query name (file stem in queries/, e.g. compare_algorithms)")
+    p.add_argument("--list", action="store_true", help="name every query with what it answers, and exit")
     p.add_argument("--results", default="results", help="results folder (default ./results)")
     p.add_argument("--run", action="append", help="limit to this run id (repeatable)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")

@@ -1,5 +1,5 @@
--- confounders: recorded server settings that differ between the baseline and another series of a run,
--- besides the speculative ones: a comparison is like-for-like only when this returns no rows for it.
+-- confounders: recorded server settings, besides the speculative ones, that differ between two compared series.
+-- A comparison (the baseline and another series of a run) is like-for-like only when this returns no rows for it.
 --
 -- From steps.server_info (the JSON of /get_server_info taken before each step: SGLang's server args, e.g.
 -- mem_fraction_static, max_running_requests, chunked_prefill_size, attention_backend, model_path, plus

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -134,3 +135,32 @@ def test_parse_params_types():
     from loadgen.results.analysis import parse_params
     assert parse_params(["outlier_pct=10", "min_in_flight_share=0.5", "baseline=mtp"]) == {
         "outlier_pct": 10, "min_in_flight_share": 0.5, "baseline": "mtp"}
+
+
+def test_query_list_names_every_query_with_its_files_header(capsys):
+    from loadgen import cli
+    assert cli.main(["query", "--list"]) == 0
+    listed = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert list(listed) == list_queries()
+    for name, text in listed.items():   # the header's first sentence, wrapped lines joined
+        header = " ".join(line.removeprefix("--").strip() for line in
+                          (QUERIES_DIR / f"{name}.sql").read_text().split("\n--\n")[0].splitlines())
+        assert header.startswith(f"{name}: {text}") and text[-1] in ".?", (name, text)
+    assert listed["workload_check"] == "did the server run the workload that was asked for?"   # one sentence of two
+    assert listed["acceptance_sources"].endswith("and which source each figure came from.")   # wrapped, joined
+    assert listed["goodput"].endswith("--set slo_ttft_ms=... and friends).")                  # '...' ends nothing
+    with pytest.raises(SystemExit):
+        cli.main(["query", "--help"])
+    helped = capsys.readouterr().out
+    assert all(re.search(rf"^{name} +{re.escape(text)}$", helped, re.M) for name, text in listed.items()), helped
+
+
+def test_a_query_file_without_its_header_and_a_missing_name_are_one_line(tmp_path, capsys):
+    from loadgen import cli
+    from loadgen.results.analysis import describe_query
+    bad = tmp_path / "mine.sql"
+    bad.write_text("SELECT 1;\n")
+    with pytest.raises(LoadgenError, match="make its first line `-- mine: <what it answers>.`"):
+        describe_query(bad)
+    assert cli.main(["query"]) == 2
+    assert capsys.readouterr().err.strip().endswith("see them all with `loadgen query --list`")

@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +50,28 @@ Format = Literal["table", "csv", "json"]
 def list_queries() -> list[str]:
     """Names of the runnable queries (file stems in queries/, without the views file)."""
     return sorted(p.stem for p in QUERIES_DIR.glob("*.sql") if p.stem != "views")
+
+
+def query_descriptions() -> dict[str, str]:
+    """Each runnable query's one-line description, from its file's header: `-- <name>: <what it answers>`,
+    to the end of that first sentence (it may wrap onto the next `--` lines)."""
+    return {name: describe_query(QUERIES_DIR / f"{name}.sql") for name in list_queries()}
+
+
+def describe_query(path: Path) -> str:
+    words = []
+    for line in path.read_text().splitlines():
+        text = line.removeprefix("--").strip()
+        if not line.startswith("--") or not text:
+            break
+        words.append(text)
+    head = " ".join(words)
+    name, colon, rest = head.partition(": ")
+    if name != path.stem or not colon:
+        raise LoadgenError(f"{path} does not start with its header; fix: make its first line "
+                           f"`-- {path.stem}: <what it answers>.`")
+    end = re.search(r"(?<!\.)[.?](\s|$)", rest)   # the first sentence's end (not an ellipsis)
+    return rest[:end.start() + 1] if end else rest
 
 
 def open_results(results_dir: str | Path, run_ids: list[str] | None = None) -> duckdb.DuckDBPyConnection:
