@@ -58,3 +58,10 @@ def test_printed_answer_fits_120_columns_and_summary_files_agree(tmp_path):
     md = (out / "summary.md").read_text()
     assert comp["headline"] in md and "| C=32 | 1/1 | 385.0 | 2.00 | 302.8 | 4.00 | -21.4% | unknown |" in md
     open_results(folder)   # the summary folder does not disturb the views
+
+
+def test_two_series_sharing_one_level_are_said_to_share_only_that_one(tmp_path):
+    """A search runs each target at its own levels: mtp at C=1, 2, 4 and dflash at C=1, 8, 16 share only C=1."""
+    folder = _folder(tmp_path, {1: [25.0], 8: [90.0], 16: [120.0]}, {1: [20.0], 2: [40.0], 4: [60.0]})
+    [c] = answer.comparisons(open_results(folder))
+    assert c.headline.startswith("dflash ahead at C=1, the only level both were measured at (+25%); noise: ")

@@ -70,8 +70,35 @@ def test_verdict_with_repeats_says_where_the_difference_is_inside_the_spread(tmp
     add_series(r, "seed", "mtp", 0, "NEXTN", {1: [20.0, 21.0], 2: [40.0, 41.0]})
     add_series(r, "seed", "dflash", 1, "DFLASH", {1: [30.0, 31.0], 2: [40.5, 41.5]})
     md = markdown_summary(load_report(r.write(root)))
-    assert "faster at every level." in md
+    assert "faster at every level both were measured at (C=1 to C=2)." in md
     assert "With 2 repeats, the difference is inside the spread (not a signal) at C=2." in md
+
+
+def test_two_searched_targets_that_shared_one_level_are_compared_at_that_level_only(tmp_path):
+    """A search probes each target at its own levels: k6 and k4 both ran C=1 only, so 'faster at every level'
+    would claim what was not measured."""
+    r = Results()
+    r.run("search")
+    add_series(r, "search", "k4", 0, "NEXTN", {1: [20.0], 2: [40.0], 4: [60.0]})
+    add_series(r, "search", "k6", 1, "NEXTN", {1: [25.0], 8: [90.0], 16: [120.0]})
+    md = markdown_summary(load_report(r.write(tmp_path / "results")))
+    assert "k6 (NEXTN) vs k4 (NEXTN): faster at C=1, the only level both were measured at." in md, md
+    assert "every level" not in md
+
+
+def test_a_capacity_interval_one_level_wide_says_what_passed_and_what_failed(tmp_path):
+    """Not 'between C=4 and C=4 given the noise': C=4 passed clearly and C=6 above it failed clearly."""
+    r = Results()
+    r.run("search", slo=json.dumps({"ttft_ms": 1000.0, "attainment": 0.9}))
+    for step, (c, first_ms) in enumerate([(1, 1800), (2, 1800), (4, 1800), (8, 3000), (6, 3000)]):
+        r.step("search", step, "k4", concurrency=c, window_ms=(1000, 11_000), probe="p")
+        for i in range(40):   # 40 requests a level: every call is clear (TTFT 300 ms passes, 1500 ms fails)
+            r.request("search", step, "k4", f"r{step}-{i}", sent_ms=1500, frames=[(first_ms, 1), (4000, 99)],
+                      completion_tokens=200, spec_verify_ct=100)
+    md = markdown_summary(load_report(r.write(tmp_path / "results")))
+    assert ("k4 (NEXTN/8): capacity C=4 at the SLO (C=4 passed clearly and C=6, the next level probed above it, "
+            "failed clearly)") in md, md
+    assert "between" not in md
 
 
 def test_confounders_lists_unequal_settings_but_not_speculative_or_identity_ones(tmp_path):

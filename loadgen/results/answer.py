@@ -106,7 +106,9 @@ def headline(baseline: str, other: str, levels: list[Level]) -> str:
     parts = []
     for i, run in enumerate(runs):
         leader = other if _change(run[0]) > 0 else baseline
-        if len(runs) == 1:
+        if len(levels) == 1:   # a search runs each target at its own levels: two may share only one
+            where = f"at {run[0].level}, the only level both were measured at"
+        elif len(runs) == 1:
             where = f"at every level ({run[0].level}..{_bare(run[-1])})" if len(run) > 1 else f"at {run[0].level}"
         elif i == 0:
             where = f"up to {run[-1].level}"
@@ -171,7 +173,8 @@ def _num(value: float | None, places: int) -> str:
 
 
 def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -> str:
-    """What the job prints after a run: headlines, then a table per comparison, then where the rest is."""
+    """What the job prints after a run: headlines, then a table per comparison, then the command for the rest
+    (the summary files' folder is the job's last line)."""
     found = comparisons(con)
     lines = ["", "answer:"]
     lines += [textwrap.fill(f"{c.other} vs {c.baseline}: {c.headline}", WIDTH, initial_indent="  ",

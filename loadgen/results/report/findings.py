@@ -6,6 +6,7 @@ see before trusting the numbers. Both the HTML page and the Markdown summary pri
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -51,7 +52,7 @@ def _comparison_findings(report: Report) -> list[Finding]:
         if not known:
             continue
         stretches = _sign_stretches([r for r in known if r["tok_s_change_pct"] != 0])
-        lead = f"{other} vs {base}: " + (_order_text(stretches) if stretches else "equal at every level") + "."
+        lead = f"{other} vs {base}: {_order_text(stretches, known)}."
         text = f"Aggregate tok/s {rows[0]['target']} vs {rows[0]['baseline_target']}: " + "; ".join(
             f"{pct(r['tok_s_change_pct'])} at {level_text(r)}" for r in known) + "."
         flips = [f"{level_text(_previous(c))} and {level_text(c)}" for c in crossings[pair]]
@@ -90,18 +91,30 @@ def _sign_stretches(rows: Rows) -> list[Rows]:
     return stretches
 
 
-def _order_text(stretches: list[Rows]) -> str:
-    """'faster at every level' | 'faster up to C=8, slower from C=16' | 'no consistent order: ...'."""
+def _order_text(stretches: list[Rows], known: Rows) -> str:
+    """'faster at every level both were measured at (C=1 to C=32)' | 'faster up to C=8, slower from C=16' |
+    'no consistent order: ...'; one shared level is named as the only one."""
     def word(rows: Rows) -> str:
         return "faster" if rows[0]["tok_s_change_pct"] > 0 else "slower"
 
+    if not stretches or (len(stretches) == 1 and len(stretches[0]) == len(known)):
+        return (word(stretches[0]) if stretches else "equal") + _where(known)
     if len(stretches) == 1:
-        return f"{word(stretches[0])} at every level"
+        ties = ", ".join(level_text(r) for r in known if r["tok_s_change_pct"] == 0)
+        return f"{word(stretches[0])} at {', '.join(level_text(r) for r in stretches[0])}, equal at {ties}"
     if len(stretches) == 2:
         first, last = stretches
         return f"{word(first)} up to {level_text(first[-1])}, {word(last)} from {level_text(last[0])}"
     sides = {w: ", ".join(level_text(r) for s in stretches if word(s) == w for r in s) for w in ("faster", "slower")}
     return f"no consistent order (faster at {sides['faster']}; slower at {sides['slower']})"
+
+
+def _where(known: Rows) -> str:
+    """Which levels a one-sided verdict covers: ' at C=4, the only level both were measured at' (a search runs each
+    target at its own levels, so two may share one) or ' at every level both were measured at (C=1 to C=32)'."""
+    if len(known) == 1:
+        return f" at {level_text(known[0])}, the only level both were measured at"
+    return f" at every level both were measured at ({level_text(known[0])} to {level_text(known[-1])})"
 
 
 def slo_text(slo: dict[str, float]) -> str:
@@ -133,8 +146,7 @@ def _capacity_findings(report: Report) -> list[Finding]:
             text += f" (failed from {fmt(c['first_fail'])})" if c.get("first_fail") is not None else ""
         else:
             text = f"{report.label(c)}: capacity {fmt(c['capacity'])} at the SLO"
-            if c.get("capacity_low") is not None and c.get("capacity_high") is not None:
-                text += f" (between {fmt(c['capacity_low'])} and {fmt(c['capacity_high'])} given the noise)"
+            text += _interval_text(c, fmt)
             if c.get("tok_s") is not None:
                 text += f", {c['tok_s']:.0f} tok/s aggregate"
             if c.get("user_tok_s") is not None:
@@ -144,6 +156,19 @@ def _capacity_findings(report: Report) -> list[Finding]:
         findings.append(Finding("capacity", text + "."))
     head = f"SLO: {slo_text(report.slo)}."
     return [Finding("capacity", head)] + (findings or [Finding("capacity", "No capacity rows for this SLO.")])
+
+
+def _interval_text(c: dict, fmt: Callable[[float], str]) -> str:
+    """What the capacity's interval rests on: ' (C=4 passed clearly and C=6, the next level probed above it,
+    failed clearly)' when it is one level wide; ' (between C=3 and C=6 given the noise)' when the calls near it
+    were unclear."""
+    low, high = c.get("capacity_low"), c.get("capacity_high")
+    if low is None or high is None:
+        return ""
+    if low == high == c["capacity"] and c.get("first_fail") is not None:
+        return (f" ({fmt(low)} passed clearly and {fmt(c['first_fail'])}, the next level probed above it, "
+                "failed clearly)")
+    return f" (between {fmt(low)} and {fmt(high)} given the noise)"
 
 
 def _fleet_findings(report: Report) -> list[Finding]:
