@@ -37,7 +37,7 @@ Draw = Callable[["Axes", SeriesKey, Rows], None]     # fills one panel of _small
 
 QUERIES = ("runs", "compare_algorithms", "crossover", "repeats", "confounders", "acceptance_by_kind",
            "acceptance_by_position", "acceptance_sources", "throughput_by_concurrency", "latency_by_concurrency",
-           "errors_by_class", "client_health", "fleet_nodes")
+           "errors_by_class", "client_health", "fleet_nodes", "hardware", "gpu_by_step", "energy")
 # The SLO layer (capacity at an SLO, the search's probes, the Pareto frontier): used when queries/ has it.
 SLO_QUERIES = ("goodput", "capacity", "pareto")
 SLO_NAMES = ("ttft_ms", "tpot_ms", "e2e_s", "attainment", "max_error_rate")
@@ -312,9 +312,11 @@ def _fleet_findings(report: Report) -> list[Finding]:
 def _confounder_findings(report: Report) -> list[Finding]:
     diffs: dict[tuple, Rows] = defaultdict(list)
     for row in report.data["confounders"]:
+        if row.get("note"):   # a GPU that ran slow, throttled or on other hardware: _hardware_findings says it
+            continue
         diffs[(row["run_id"], f"{row['baseline_target']} ({row['baseline_algorithm']})",
                f"{row['target']} ({row['algorithm']})")].append(row)
-    findings = []
+    findings = _hardware_findings(report)
     for (_run, base, other), rows in diffs.items():
         items = []
         for r in rows:
@@ -330,11 +332,31 @@ def _confounder_findings(report: Report) -> list[Finding]:
         findings.append(Finding("conditions", f"{', '.join(unrecorded)} recorded no server settings "
                                 "(not SGLang's /get_server_info), so unequal conditions cannot be ruled out.",
                                 "Server settings unknown:"))
-    elif comparison_pairs(report) and not findings:
+    elif comparison_pairs(report) and not diffs:
         findings.append(Finding("like", "no recorded server setting (KV pool, memory fraction, flags, "
                                 "version, model) differs between the compared series besides the speculative "
                                 "ones.", "Like for like:"))
     return findings
+
+
+def _hardware_findings(report: Report) -> list[Finding]:
+    """The GPU telemetry's confounders (confounders.sql rows with a note): a node that ran slow, was throttled or
+    runs other hardware than its peers."""
+    notes = dict.fromkeys(r["note"] for r in report.data["confounders"] if r.get("note"))
+    return [Finding("conditions", note, "Hardware:") for note in notes]
+
+
+def _hardware_line(report: Report) -> str:
+    """Per node: GPU, driver, CUDA, OS, host and loadgen version (queries/hardware.sql), for the run line."""
+    items = []
+    for r in report.data["hardware"]:
+        if r["unavailable"]:
+            items.append(f"{r['node']}: no GPU telemetry ({r['unavailable']})")
+            continue
+        cuda = f", CUDA {r['cuda_version']}" if r["cuda_version"] else ""
+        items.append(f"{r['node']}: {r['gpu_name']}, driver {r['driver_version']}{cuda}, {r['os']} "
+                     f"(host {r['host']}), loadgen {r['loadgen_version']}")
+    return "; ".join(dict.fromkeys(items))
 
 
 SETTING_NAMES = {"max_total_num_tokens": "KV pool (max_total_num_tokens, tokens)",
@@ -798,6 +820,9 @@ SECTIONS = (
     ("errors_by_class", "Requests by outcome class"),
     ("client_health", "Client health: could the load generator have distorted the numbers?"),
     ("fleet_nodes", "Nodes vs fleet median"),
+    ("gpu_by_step", "GPU per step: clock, power, throttling, energy"),
+    ("energy", "Tokens per joule"),
+    ("hardware", "Nodes and GPUs"),
     ("runs", "Runs"),
 )
 OPEN_ROWS = 8         # tables longer than this start collapsed
@@ -860,7 +885,8 @@ def _run_line(report: Report) -> str:
         items.append(f"{report.run_labels[r['run_id']]} ({r['run_id']}): {r['series']}; {unit} "
                      f"{', '.join(f'{v:g}' for v in levels)}; {r['repeats']} repeat(s) of {_fmt(r['window_s'])} s "
                      f"windows; {r['status']}")
-    return " | ".join(items)
+    hardware = _hardware_line(report)
+    return " | ".join(items) + (f" | {hardware}" if hardware else "")
 
 
 def _comparison_table(report: Report, rows: Rows) -> str:
