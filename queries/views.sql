@@ -601,7 +601,7 @@ LEFT JOIN counted c USING (run_id, step_id, target);
 -- (unavailable). Values that differ between a target's GPUs or steps are joined by ' | '.
 CREATE OR REPLACE VIEW target_hardware AS
 WITH g AS (
-    SELECT s.run_id, s.target, s.node, s.target_index, j.value ->> 'name' AS gpu_name,
+    SELECT s.run_id, s.target, s.node, s.target_index, s.emulated, j.value ->> 'name' AS gpu_name,
            j.value ->> 'driver_version' AS driver_version, j.value ->> 'cuda_version' AS cuda_version,
            s.hardware ->> 'host' AS host, s.hardware ->> 'os' AS os, s.hardware ->> 'loadgen_version' AS loadgen_version,
            s.hardware ->> 'source' AS source, s.hardware ->> 'unavailable' AS unavailable
@@ -616,7 +616,7 @@ SELECT run_id, target, any_value(node) AS node, min(target_index) AS target_inde
        string_agg(DISTINCT host, ' | ' ORDER BY host) AS host, string_agg(DISTINCT os, ' | ' ORDER BY os) AS os,
        string_agg(DISTINCT loadgen_version, ' | ' ORDER BY loadgen_version) AS loadgen_version,
        string_agg(DISTINCT source, ' | ' ORDER BY source) AS source,
-       string_agg(DISTINCT unavailable, ' | ' ORDER BY unavailable) AS unavailable
+       string_agg(DISTINCT unavailable, ' | ' ORDER BY unavailable) AS unavailable, bool_or(emulated) AS emulated
 FROM g GROUP BY run_id, target;
 
 -- Hardware that makes a comparison unfair (confounders.sql, the answer, the report; docs/telemetry.md). A unit is a
