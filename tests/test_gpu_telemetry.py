@@ -94,11 +94,13 @@ def test_a_hardware_profile_without_a_gpu_serves_no_exporter():
             read(emu.url)
 
 
+LABELS = 'pci_bus_id="00000000:0D:00.0",device="nvidia{0}",modelName="NVIDIA H200",Hostname="n1",' \
+         'DCGM_FI_DRIVER_VERSION="580.126.09"'
 EXPORTER_PAGE = """\
 # HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).
 # TYPE DCGM_FI_DEV_SM_CLOCK gauge
-DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-aaa",pci_bus_id="00000000:0D:00.0",device="nvidia0",modelName="NVIDIA H200",Hostname="n1",DCGM_FI_DRIVER_VERSION="580.126.09"} 1980
-DCGM_FI_DEV_SM_CLOCK{gpu="1",UUID="GPU-bbb",pci_bus_id="00000000:B4:00.0",device="nvidia1",modelName="NVIDIA H200",Hostname="n1",DCGM_FI_DRIVER_VERSION="580.126.09"} 345
+""" + "".join(f'DCGM_FI_DEV_SM_CLOCK{{gpu="{g}",UUID="GPU-{u}",{LABELS.format(g)}}} {mhz}\n'
+              for g, u, mhz in ((0, "aaa", 1980), (1, "bbb", 345))) + """\
 # HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
 # TYPE DCGM_FI_DEV_POWER_USAGE gauge
 DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-aaa"} 612.5

@@ -82,7 +82,7 @@ def start_samplers(targets: list[tuple[TargetConfig, str, dict, Any]], placement
         chosen.append((target, source, actor, actor.start.remote() if actor is not None else None))
     samplers = []
     for target, source, actor, started in chosen:
-        found = ray.get(started, timeout=60) if started is not None else {"unavailable": source}
+        found: dict = ray.get(started, timeout=60) if started is not None else {"unavailable": source}
         if "unavailable" in found:
             if actor is not None:
                 ray.kill(actor)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
 
-from loadgen.results.analysis import list_queries, open_results, run_query
 from loadgen.errors import LoadgenError
+from loadgen.results.analysis import list_queries, open_results, run_query
 
 if TYPE_CHECKING:   # matplotlib is an optional extra (loadgen[report]), imported when a report is drawn
     from matplotlib.axes import Axes

@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray
 
-from loadgen.results import schema
 from loadgen.errors import LoadgenError
+from loadgen.results import schema
 
 ROLL_ROWS = 1_000_000
 ROLL_S = 10.0

@@ -98,6 +98,7 @@ class NvmlReader:
     def _read(self, index: str, uuid: str | None, h: Any) -> GpuReading:
         power_mw = _optional(lambda: pynvml.nvmlDeviceGetPowerUsage(h))
         energy_mj = _optional(lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
+        memory_source: str | None
         if index in self.unified:
             memory, memory_source = meminfo.used_gb(), "meminfo"
         else:
