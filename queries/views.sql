@@ -623,7 +623,8 @@ FROM g GROUP BY run_id, target;
 -- node when the run's telemetry covers several nodes (a fleet), else a target (each its own server and GPU).
 -- Per unit: the median SM clock while its GPU worked, over every window of its steps, against the median of the
 -- other units' (its peers'); its worst window's throttled share (the larger of the samples with a slowdown
--- reason and the violation counters' share) and that window's main reason; its GPU model, driver and CUDA
+-- reason and the violation counters' share) and that window's main reason (the power violation counter counts
+-- as the software power cap, the thermal one as the software thermal slowdown); its GPU model, driver and CUDA
 -- version against the run's most common. A unit is named when its clock is more than `clock_drop_pct` (10) %
 -- below its peers', when a window was throttled more than `throttled_max_pct` (5) % of the time, or when a
 -- version differs. note: the sentence the answer and the report print.
@@ -638,9 +639,10 @@ WITH runs_nodes AS (
     FROM gpu_instants i JOIN unit_of u USING (run_id, target)
     GROUP BY u.run_id, u.unit
 ), reasons AS (
-    UNPIVOT (SELECT run_id, step_id, target, sw_power_cap_pct, hw_slowdown_pct, sw_thermal_slowdown_pct,
-                    hw_thermal_slowdown_pct, hw_power_brake_pct,
-                    power_violation_pct AS power_violation, thermal_violation_pct AS thermal_violation
+    UNPIVOT (SELECT run_id, step_id, target,   -- a violation counter is evidence of its cap too
+                    greatest(sw_power_cap_pct, coalesce(power_violation_pct, 0)) AS sw_power_cap_pct,
+                    hw_slowdown_pct, greatest(sw_thermal_slowdown_pct, coalesce(thermal_violation_pct, 0))
+                        AS sw_thermal_slowdown_pct, hw_thermal_slowdown_pct, hw_power_brake_pct
              FROM gpu_window)
     ON COLUMNS(* EXCLUDE (run_id, step_id, target)) INTO NAME reason VALUE pct
 ), windows AS (
@@ -680,9 +682,7 @@ WITH runs_nodes AS (
                                     WHEN 'hw_slowdown_pct' THEN 'hw_slowdown'
                                     WHEN 'sw_thermal_slowdown_pct' THEN 'sw_thermal_slowdown'
                                     WHEN 'hw_thermal_slowdown_pct' THEN 'hw_thermal_slowdown'
-                                    WHEN 'hw_power_brake_pct' THEN 'hw_power_brake'
-                                    WHEN 'power_violation' THEN 'power limit (violation counter)'
-                                    ELSE 'thermal limit (violation counter)' END) AS reason_text,
+                                    ELSE 'hw_power_brake' END) AS reason_text,
            share > coalesce(getvariable('throttled_max_pct'), 5)::DOUBLE AS throttled,
            clock < (1 - coalesce(getvariable('clock_drop_pct'), 10)::DOUBLE / 100) * peer_clock AS slow
     FROM units

@@ -316,7 +316,8 @@ def test_a_node_in_degraded_power_is_named_in_the_answer_with_why(cluster, tmp_p
     address, _ = cluster
     (tmp_path / "fleet.toml").write_text(DEGRADED_FLEET)
     experiment = tmp_path / "degraded.toml"
-    experiment.write_text(EXPERIMENT.format(name="degraded", configurations=DEGRADED))
+    experiment.write_text(EXPERIMENT.format(name="degraded", configurations=DEGRADED)
+                          .replace("measure_s = 2.0", "measure_s = 3.0").replace("max_new_tokens = 16", "max_new_tokens = 48"))
     job = submit_job(address, ["python3", "-m", "jobs.fleet", "--config", str(experiment),
                                "--results", str(tmp_path / "results")])
     assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-3000:]

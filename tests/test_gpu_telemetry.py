@@ -67,7 +67,7 @@ def test_the_modelled_gpu_under_load_healthy_and_in_degraded_power():
     # full clock and no reason while it works; the trap: a third of the clock, the software power cap
     assert (healthy.sm_clock_mhz, healthy.sm_clock_max_mhz, healthy.clock_reasons) == (2405, 2405, [])
     assert (degraded.sm_clock_mhz, degraded.clock_reasons) == (round(2405 / 3), ["sw_power_cap"])
-    assert degraded.power_w == pytest.approx(140 / 3, abs=0.01)   # capped at max / factor
+    assert degraded.power_w == pytest.approx(140 / 3, rel=0.05)   # capped at max / factor (mean of the last second)
     assert 140 / 3 + 1 < healthy.power_w <= 140
     assert healthy.utilization_pct > 90 and healthy.gpu_uuid.startswith("GPU-")
     # a third of the speed (the same work, one request after another: tokens in the same wall second)

@@ -27,7 +27,7 @@ from loadgen.emulator.profiles import HardwareProfile
 GPU_IDLE = 0x1
 SW_POWER_CAP = 0x4
 
-UTIL_WINDOW_S = 1.0   # GPU utilisation is the busy share of the last second, as NVML's sample period
+UTIL_WINDOW_S = 1.0   # power and utilisation are over the last second of reads, as NVML's
 
 
 class GpuModel:
@@ -49,7 +49,7 @@ class GpuModel:
         self.busy_s = 0.0              # wall seconds spent in forwards
         self.power_violation_s = 0.0   # modelled seconds the power cap held the clock down
         self.temperature_c = hw.ambient_c + hw.degrees_per_w * hw.idle_power_w
-        self._util_marks: deque[tuple[float, float]] = deque()
+        self._marks: deque[tuple[float, float, float]] = deque()   # (time, busy_s, energy_j) of recent reads
 
     @property
     def degraded(self) -> bool:
@@ -89,22 +89,27 @@ class GpuModel:
         self.t_last = max(self.t_last, now)
 
     def reading(self) -> dict[str, float]:
-        """The GPU's state now, in the exporter's units."""
+        """The GPU's state now, in the exporter's units. Like NVML's, power and utilisation are over the last
+        second, and the GPU counts as working (full clock, no idle reason) when it ran in that second, so that a
+        reading between two forwards, or on a busy host that delays the engine, does not see an idle GPU."""
         now = time.perf_counter()
         self._advance(now)
-        busy = now < self.busy_until
         hw = self.hw
-        marks = self._util_marks
-        marks.append((now, self.busy_s))
+        marks = self._marks
+        marks.append((now, self.busy_s, self.energy_j))
         while len(marks) > 2 and now - marks[1][0] >= UTIL_WINDOW_S:
             marks.popleft()
-        span = now - marks[0][0]
-        util = (self.busy_s - marks[0][1]) / span if span > 0 else float(busy)
+        t0, busy0, energy0 = marks[0]
+        span = now - t0
+        util = (self.busy_s - busy0) / span if span > 0 else 0.0
+        busy = now < self.busy_until or util > 0
+        power = (self.energy_j - energy0) / (span * self.time_scale) if span > 0 else (
+            self.p_busy if busy else hw.idle_power_w)
         reasons = (SW_POWER_CAP if self.degraded else 0) if busy else GPU_IDLE
         return {
             "DCGM_FI_DEV_SM_CLOCK": round(hw.sm_clock_max_mhz / self.factor if busy else hw.sm_clock_idle_mhz),
             "DCGM_FI_DEV_MAX_SM_CLOCK": hw.sm_clock_max_mhz,
-            "DCGM_FI_DEV_POWER_USAGE": round(self.p_busy if busy else hw.idle_power_w, 3),
+            "DCGM_FI_DEV_POWER_USAGE": round(power, 3),
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": round(self.energy_j * 1000),   # mJ, as DCGM counts it
             "DCGM_FI_DEV_GPU_TEMP": round(self.temperature_c),
             "DCGM_FI_DEV_GPU_UTIL": round(100 * min(1.0, util)),
