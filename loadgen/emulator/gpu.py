@@ -47,7 +47,7 @@ class GpuModel:
         self.p_busy = hw.idle_power_w
         self.energy_j = 0.0            # modelled joules since start
         self.busy_s = 0.0              # wall seconds spent in forwards
-        self.power_violation_s = 0.0   # modelled seconds the power cap held the clock down
+        self.power_violation_s = 0.0   # seconds the power cap held the clock down
         self.temperature_c = hw.ambient_c + hw.degrees_per_w * hw.idle_power_w
         self._marks: deque[tuple[float, float, float]] = deque()   # (time, busy_s, energy_j) of recent reads
 
@@ -79,8 +79,8 @@ class GpuModel:
         joules = (busy * self.p_busy + idle * self.hw.idle_power_w) * scale
         self.energy_j += joules
         self.busy_s += busy
-        if self.degraded:
-            self.power_violation_s += busy * scale
+        if self.degraded:   # wall time, as the windows it is a share of (only energy counts modelled time)
+            self.power_violation_s += busy
         dt = (now - self.t_last) * scale
         if dt > 0:
             mean_w = joules / dt
