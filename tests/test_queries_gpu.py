@@ -97,7 +97,7 @@ def test_energy_tokens_per_joule_and_the_ratio_to_the_baseline(tmp_path):
 def fleet(tmp_path: Path, slow: dict[str, float], reasons: int = 0, **gpu) -> Path:
     """Three nodes, each one target; `slow` gives a node's clock under load, `reasons` its mask."""
     r = Results()
-    r.run("f")
+    r.run("f", slo=json.dumps({"ttft_ms": 1000}))
     for i, node in enumerate(("spark1", "spark2", "spark3")):
         clock = slow.get(node, 2405.0)
         extra = {"hardware": hardware(**gpu)} if node == "spark2" and gpu else {}
@@ -118,6 +118,13 @@ def test_a_node_whose_clock_is_over_10_pct_below_its_peers_is_named_with_its_thr
                                "cap 100% of the window): its numbers are not comparable")
     assert (rows[0]["value"], rows[0]["baseline_value"], rows[0]["target"]) == ("780", "2405", "spark2.mtp")
     assert gpu_answer.hardware_lines(analysis.open_results(root)) == [rows[0]["note"]]
+
+
+def test_a_capacity_search_on_a_throttled_node_says_so_next_to_its_answer(tmp_path):
+    root = fleet(tmp_path, {"spark2": 780.0}, reasons=0x4)
+    notes = {x["target"]: x["note"] for x in query(root, "capacity")}
+    assert "spark2 ran at 780 MHz median" in notes["spark2.mtp"]
+    assert "ran at" not in notes["spark1.mtp"] and "ran at" not in notes["spark3.mtp"]
 
 
 def test_a_clock_9_pct_below_is_not_named_and_the_limit_is_a_parameter(tmp_path):
