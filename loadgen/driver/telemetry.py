@@ -100,7 +100,7 @@ def mark(samplers: list[tuple[TargetConfig, Sampler | None]], sink: Any, run_id:
     """A sample at a step boundary on every sampler (step_start | step_end), and every row they held written."""
     live = [(t, s) for t, s in samplers if s is not None and s.actor is not None]
     try:
-        batches = ray.get([s.actor.mark.remote(step_id, moment) for _, s in live], timeout=30)
+        batches = ray.get([s.actor.mark.remote(step_id, moment) for _, s in live], timeout=5)
     except (ray.exceptions.RayError, TimeoutError):
         return   # a sampler that died or hangs costs its samples, never the step
     rows = [dict(r, run_id=run_id, target=t.name, node=t.node) for (t, _), got in zip(live, batches) for r in got]
