@@ -180,7 +180,8 @@ def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -
         "  one series only: nothing to compare (add a second target to compare algorithms)"]
     lines += [textwrap.fill(line, WIDTH, initial_indent="  ", subsequent_indent="    ") for line in hardware_lines(con)]
     lines += [f"  {line}" for line in capacity_lines(con)]
-    lines += [f"  energy: {line}" for line in energy_lines(con)]
+    lines += [textwrap.fill(f"energy: {line}", WIDTH, initial_indent="  ", subsequent_indent="    ")
+              for line in energy_lines(con)]
     if any(lv.emulated for c in found for lv in c.levels):
         lines.append("  (emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
     for c in found:
