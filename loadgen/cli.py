@@ -72,6 +72,8 @@ def adhoc_experiment(args: argparse.Namespace) -> dict[str, Any]:
         target["model"] = args.model
     if args.api_key_env is not None:
         target["api_key_env"] = args.api_key_env
+    if args.telemetry is not None:
+        target["telemetry"] = args.telemetry
     prompts: dict[str, Any] = {"max_new_tokens": args.max_tokens, "ignore_eos": args.ignore_eos, "seed": args.seed}
     if args.prompts not in (None, "mix"):
         prompts["sources"] = [_prompt_source(args.prompts)]
@@ -116,6 +118,7 @@ _FLAG_OF_KEY = {"load.concurrency": "--concurrency", "load.rates": "--rate", "lo
                 "load.request_timeout_s": "--request-timeout", "load.error_budget": "--error-budget",
                 "prompts.max_new_tokens": "--max-tokens", "prompts.seed": "--seed", "run.name": "--name",
                 "targets[0].url": "--url", "targets[0].flavor": "--flavor", "targets": "--url", "slo": "--slo",
+                "targets[0].telemetry": "--telemetry",
                 "prompts.input_tokens": "--input-tokens"}
 
 
@@ -187,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default poisson)")
     p.add_argument("--model", help="openai flavours: the request's model (default: the server's first)")
     p.add_argument("--api-key-env", help="the environment variable holding the server's API key")
+    p.add_argument("--telemetry", metavar="URL", help="the server's DCGM exporter, e.g. http://10.0.0.11:9400/metrics "
+                   "(default: NVML when the url is on loopback; docs/telemetry.md)")
     p.add_argument("--prompts", help="code, prose, mix (default: both), humaneval, or a dataset as FORMAT:PATH "
                    "(jsonl, sharegpt, question-jsonl; loadgen/prompts/README.md)")
     p.add_argument("--input-tokens", metavar="N|MIN-MAX", help="each prompt's length in the server's own tokens: "

@@ -12,7 +12,9 @@
 --   tok_s, accept_len  at the capacity level: median aggregate output tok/s and acceptance length over its runs
 --   user_tok_s     at the capacity level: median per-request decode rate (1 / TPOT) of measured ok requests
 --   levels_probed, steps, step_s  what the answer cost: levels run, steps, and their seconds (start to end)
---   note           every level failed / no level failed / levels whose call stayed unclear
+--   note           every level failed / no level failed / levels whose call stayed unclear / its GPU ran slow,
+--                  throttled or on other hardware than its peers' (views.sql `gpu_confounders`: its numbers
+--                  are not comparable)
 -- Fleet runs (targets named <node>.<configuration>, views.sql `fleet_targets`) also get a row per
 -- configuration with node '(fleet)': the sum of its nodes' capacities (and intervals) at the same SLO.
 WITH l AS MATERIALIZED (SELECT * FROM level_slo WHERE verdict IS NOT NULL),
@@ -48,9 +50,13 @@ per_target AS (
                CASE WHEN a.first_fail IS NULL THEN 'no level failed: the capacity is at least ' || printf('%g', a.highest) END,
                CASE WHEN len(a.unclear_levels) > 0 THEN 'unclear at '
                     || array_to_string(list_transform(a.unclear_levels, lambda x: printf('%g', x)), ', ')
-                    || ' (decided on the point estimate)' END) AS note,
+                    || ' (decided on the point estimate)' END,
+               g.note) AS note,
            a.emulated
     FROM answer a
+    LEFT JOIN (SELECT run_id, target, string_agg(note, '; ' ORDER BY setting) AS note
+               FROM (SELECT run_id, unnest(string_split(targets, ', ')) AS target, setting, note FROM gpu_confounders)
+               GROUP BY run_id, target) g ON g.run_id = a.run_id AND g.target = a.target
     LEFT JOIN level_results r ON r.run_id = a.run_id AND r.target = a.target
                              AND coalesce(r.rate, r.concurrency) = a.capacity
     LEFT JOIN level_user_rate u ON u.run_id = a.run_id AND u.target = a.target AND u.level = a.capacity

@@ -15,6 +15,15 @@
 --   change_pct              100 * (value / baseline_value - 1) when both are numbers (e.g. a smaller KV pool)
 --   emulated                either series ran on loadgen's emulator (its settings are the emulator's)
 -- Series without any server_info (non-SGLang servers) are not compared.
+--
+-- Hardware (views.sql `gpu_confounders`, from the GPU telemetry; docs/telemetry.md): a node (in a fleet; a target
+-- on one node) whose SM clock median while working is more than `clock_drop_pct` (10) % below its peers', that
+-- was throttled more than `throttled_max_pct` (5) % of a window, or whose GPU model, driver or CUDA version
+-- differs from the others'. Its rows name it in `node` (the unit: a node, or a target) and `target` (its
+-- targets), the peers in `baseline_target`, the setting as gpu.sm_clock_median_mhz, gpu.throttled_pct (value:
+-- the worst window's share; baseline_value: the limit), gpu.gpu, gpu.driver or gpu.cuda, and `note` says it in
+-- a sentence ("spark2 ran at 780 MHz median vs 2,405 on spark1 (software power cap 92% of the window): its
+-- numbers are not comparable"). Setting rows have node and note NULL.
 WITH leaves AS (
     SELECT s.run_id, s.target, s.algorithm, s.draft_tokens,
            regexp_replace(j.fullkey, '^\$\.', '') AS setting,
@@ -56,7 +65,12 @@ SELECT run_id, baseline_target, baseline_algorithm, target, algorithm, setting,
        coalesce(baseline_value, '(absent)') AS baseline_value, coalesce(value, '(absent)') AS value,
        round(pct_change(try_cast(value AS DOUBLE), try_cast(baseline_value AS DOUBLE)), 1) AS change_pct,
        (SELECT bool_or(s.emulated) FROM steps s WHERE s.run_id = compared.run_id
-           AND s.target IN (compared.baseline_target, compared.target)) AS emulated
+           AND s.target IN (compared.baseline_target, compared.target)) AS emulated,
+       NULL::VARCHAR AS node, NULL::VARCHAR AS note
 FROM compared
 WHERE baseline_value IS DISTINCT FROM value
-ORDER BY run_id, baseline_target, target, algorithm, setting;
+UNION ALL
+SELECT run_id, peers, NULL, targets, NULL, setting, peer_value, value, change_pct,
+       emulated, unit, note
+FROM gpu_confounders
+ORDER BY run_id, node NULLS FIRST, baseline_target, target, algorithm, setting;

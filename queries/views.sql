@@ -60,8 +60,10 @@ CREATE OR REPLACE MACRO kept(run_id, step_id) AS
     getvariable('superseded') IS NULL
     OR NOT list_contains(getvariable('superseded'), {'run_id': run_id, 'step_id': step_id});
 
+-- Schema 6 added steps.hardware (the node and GPU serving the target; NULL in older files).
 CREATE OR REPLACE VIEW steps AS
-FROM (FROM results_table('steps', by_name := true) UNION ALL BY NAME SELECT NULL::VARCHAR AS probe WHERE false)
+FROM (FROM results_table('steps', by_name := true)
+      UNION ALL BY NAME SELECT NULL::VARCHAR AS probe, NULL::VARCHAR AS hardware WHERE false)
 WHERE kept(run_id, step_id);
 
 -- Schema 5 added requests.prompt_tokens_target (NULL in older files). Read by name only when the folder mixes
@@ -79,6 +81,21 @@ CREATE OR REPLACE VIEW server_samples AS FROM results_table('server_samples') WH
 CREATE OR REPLACE VIEW client_samples AS
 FROM (FROM results_table('client_samples', by_name := true)
       UNION ALL BY NAME SELECT NULL::DOUBLE AS read_delay_max_ms WHERE false)
+WHERE kept(run_id, step_id);
+
+-- GPU telemetry (schema 6; docs/telemetry.md): a table that runs of older schemas never wrote. A folder of only
+-- such runs has no gpu_samples/ files at all, and read_parquet refuses a glob that matches nothing: the view is
+-- then an empty table of the same columns (query() takes the SQL chosen when views.sql is read).
+SET VARIABLE gpu_sample_files = (SELECT count(*) FROM glob(getvariable('results') || '/gpu_samples/run_id=*/*.parquet'));
+CREATE OR REPLACE VIEW gpu_samples AS
+FROM query(if(getvariable('gpu_sample_files') > 0, 'FROM results_table(''gpu_samples'')',
+    'SELECT NULL::VARCHAR AS run_id, NULL::INTEGER AS step_id, NULL::VARCHAR AS target, NULL::VARCHAR AS node,
+            NULL::BIGINT AS t_ns, NULL::VARCHAR AS moment, NULL::VARCHAR AS source, NULL::VARCHAR AS gpu,
+            NULL::VARCHAR AS gpu_uuid, NULL::DOUBLE AS power_w, NULL::DOUBLE AS energy_j,
+            NULL::DOUBLE AS sm_clock_mhz, NULL::DOUBLE AS sm_clock_max_mhz, NULL::DOUBLE AS temperature_c,
+            NULL::DOUBLE AS utilization_pct, NULL::DOUBLE AS memory_used_gb, NULL::VARCHAR AS memory_source,
+            NULL::BIGINT AS clock_reasons_mask, NULL::VARCHAR[] AS clock_reasons,
+            NULL::DOUBLE AS power_violation_s, NULL::DOUBLE AS thermal_violation_s WHERE false'))
 WHERE kept(run_id, step_id);
 
 -- One row per step with the columns every result row is labelled with.
@@ -481,3 +498,212 @@ SELECT *, met / nullif(measured, 0) AS attainment, failed / nullif(measured, 0) 
        slo_clear(slo_verdict(has_slo, met, measured, failed, slo_attainment, slo_max_error_rate, died := server_died),
                  met, measured, slo_attainment, died := server_died) AS clear
 FROM pooled;
+
+-- ---- GPU telemetry (queries/gpu_by_step.sql, energy.sql, confounders.sql; docs/telemetry.md) ----
+--
+-- Clock-event reasons that slow a GPU down (NVML's bits): software power cap 0x4, hardware slowdown 0x8, software
+-- thermal slowdown 0x20, hardware thermal slowdown 0x40, power brake 0x80. Idle (0x1), application clocks, sync
+-- boost and display clocks are not a slowdown of a working GPU.
+CREATE OR REPLACE MACRO throttle_mask() AS 236;   -- 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+CREATE OR REPLACE MACRO reason_words(name) AS CASE name
+    WHEN 'sw_power_cap' THEN 'software power cap' WHEN 'hw_slowdown' THEN 'hardware slowdown'
+    WHEN 'sw_thermal_slowdown' THEN 'software thermal slowdown' WHEN 'hw_thermal_slowdown' THEN 'hardware thermal slowdown'
+    WHEN 'hw_power_brake' THEN 'power brake' ELSE name END;
+
+-- Per step, target and sample instant: the GPU samples inside the step's measurement window [t_measure_start_ns,
+-- t_measure_end_ns], a sample's GPUs taken together (power summed; clock the median of the GPUs; temperature the
+-- hottest; a reason when any GPU has it). busy: the GPU had work (no idle reason; without reasons, utilisation > 0).
+CREATE OR REPLACE VIEW gpu_instants AS
+SELECT s.run_id, s.step_id, s.target, any_value(s.node) AS node, g.t_ns,
+       sum(g.power_w) AS power_w, median(g.sm_clock_mhz) AS sm_clock_mhz, max(g.sm_clock_max_mhz) AS sm_clock_max_mhz,
+       max(g.temperature_c) AS temperature_c, avg(g.utilization_pct) AS utilization_pct,
+       bit_or(g.clock_reasons_mask) AS mask,
+       coalesce(bit_or(g.clock_reasons_mask) & 1 = 0, avg(g.utilization_pct) > 0, true) AS busy
+FROM step_info s
+JOIN gpu_samples g ON g.run_id = s.run_id AND g.target = s.target
+ AND g.t_ns >= s.t_measure_start_ns AND g.t_ns <= s.t_measure_end_ns
+GROUP BY s.run_id, s.step_id, s.target, g.t_ns;
+
+-- Per step and target, over its window's instants: the SM clock's median while the GPU worked (idle samples
+-- left out: a GPU waiting for work clocks down by design), power, temperature, each slowdown reason's share of
+-- the samples, and the violation counters' growth as a share of the samples' span (where the source has them).
+CREATE OR REPLACE VIEW gpu_window AS
+WITH violations AS (
+    SELECT s.run_id, s.step_id, s.target,
+           100 * avg(v.power_s / nullif(v.span_s, 0)) AS power_violation_pct,
+           100 * avg(v.thermal_s / nullif(v.span_s, 0)) AS thermal_violation_pct
+    FROM step_info s,
+         LATERAL (SELECT g.gpu, (max(g.t_ns) - min(g.t_ns)) / 1e9 AS span_s,
+                         max(g.power_violation_s) - min(g.power_violation_s) AS power_s,
+                         max(g.thermal_violation_s) - min(g.thermal_violation_s) AS thermal_s
+                  FROM gpu_samples g
+                  WHERE g.run_id = s.run_id AND g.target = s.target
+                    AND g.t_ns >= s.t_measure_start_ns AND g.t_ns <= s.t_measure_end_ns
+                  GROUP BY g.gpu) v
+    GROUP BY s.run_id, s.step_id, s.target
+)
+SELECT i.run_id, i.step_id, i.target, any_value(i.node) AS node, count(*) AS samples,
+       median(i.sm_clock_mhz) FILTER (i.busy) AS sm_clock_median_mhz, max(i.sm_clock_max_mhz) AS sm_clock_max_mhz,
+       quantile_cont(i.power_w, 0.5) AS power_p50_w, max(i.power_w) AS power_max_w,
+       max(i.temperature_c) AS temperature_max_c, avg(i.utilization_pct) AS utilization_pct,
+       100 * avg(((i.mask & 1) <> 0)::INT) AS idle_pct,
+       100 * avg(((i.mask & 4) <> 0)::INT) AS sw_power_cap_pct,
+       100 * avg(((i.mask & 8) <> 0)::INT) AS hw_slowdown_pct,
+       100 * avg(((i.mask & 32) <> 0)::INT) AS sw_thermal_slowdown_pct,
+       100 * avg(((i.mask & 64) <> 0)::INT) AS hw_thermal_slowdown_pct,
+       100 * avg(((i.mask & 128) <> 0)::INT) AS hw_power_brake_pct,
+       100 * avg(((i.mask & throttle_mask()) <> 0)::INT) AS throttled_pct,
+       any_value(v.power_violation_pct) AS power_violation_pct,
+       any_value(v.thermal_violation_pct) AS thermal_violation_pct
+FROM gpu_instants i
+LEFT JOIN violations v USING (run_id, step_id, target)
+GROUP BY i.run_id, i.step_id, i.target;
+
+-- Energy over a step's window, per GPU, summed: the total-energy counter interpolated linearly at the window's
+-- start and end from the samples on either side of each (energy_method 'counter'); a GPU without the counter
+-- (a source that does not report it) gets its median power x window_s ('power'). The emulator's counter counts
+-- modelled time, so its joules are the modelled GPU's at any --time-scale.
+CREATE OR REPLACE VIEW gpu_step_energy AS
+WITH e AS (
+    SELECT run_id, target, gpu, t_ns, energy_j FROM gpu_samples WHERE energy_j IS NOT NULL
+), edges AS (
+    SELECT s.run_id, s.step_id, s.target, g.gpu, edge, t
+    FROM step_info s
+    JOIN (SELECT DISTINCT run_id, target, gpu FROM e) g USING (run_id, target)
+    CROSS JOIN LATERAL (VALUES (0, s.t_measure_start_ns), (1, s.t_measure_end_ns)) x(edge, t)
+), at_edges AS (
+    SELECT d.run_id, d.step_id, d.target, d.gpu, d.edge, d.t,
+           b.t_ns AS tb, b.energy_j AS eb, a.t_ns AS ta, a.energy_j AS ea
+    FROM edges d
+    ASOF LEFT JOIN e b ON b.run_id = d.run_id AND b.target = d.target AND b.gpu = d.gpu AND b.t_ns <= d.t
+    ASOF LEFT JOIN e a ON a.run_id = d.run_id AND a.target = d.target AND a.gpu = d.gpu AND a.t_ns >= d.t
+), valued AS (
+    SELECT run_id, step_id, target, gpu, edge,
+           CASE WHEN ta = tb THEN eb ELSE eb + (ea - eb) * (t - tb) / (ta - tb) END AS energy_at
+    FROM at_edges
+), counted AS (
+    SELECT run_id, step_id, target,
+           sum(energy_at) FILTER (edge = 1) - sum(energy_at) FILTER (edge = 0) AS energy_j,
+           count(*) FILTER (energy_at IS NULL) AS missing
+    FROM valued GROUP BY ALL
+)
+SELECT w.run_id, w.step_id, w.target,
+       CASE WHEN c.energy_j IS NOT NULL AND c.missing = 0 THEN c.energy_j
+            WHEN c.run_id IS NULL THEN w.power_p50_w * s.window_s END AS energy_j,
+       CASE WHEN c.energy_j IS NOT NULL AND c.missing = 0 THEN 'counter'
+            WHEN c.run_id IS NULL AND w.power_p50_w IS NOT NULL THEN 'power' END AS energy_method
+FROM gpu_window w
+JOIN step_info s USING (run_id, step_id, target)
+LEFT JOIN counted c USING (run_id, step_id, target);
+
+-- The hardware each target ran on (steps.hardware, recorded by its GPU sampler): its GPUs' model, driver and
+-- CUDA version, the node's host name, OS and loadgen version, where they were read (source) or why nothing was
+-- (unavailable). Values that differ between a target's GPUs or steps are joined by ' | '.
+CREATE OR REPLACE VIEW target_hardware AS
+WITH g AS (
+    SELECT s.run_id, s.target, s.node, s.target_index, s.emulated, j.value ->> 'name' AS gpu_name,
+           j.value ->> 'driver_version' AS driver_version, j.value ->> 'cuda_version' AS cuda_version,
+           s.hardware ->> 'host' AS host, s.hardware ->> 'os' AS os, s.hardware ->> 'loadgen_version' AS loadgen_version,
+           s.hardware ->> 'source' AS source, s.hardware ->> 'unavailable' AS unavailable
+    FROM steps s LEFT JOIN LATERAL json_each(s.hardware, '$.gpus') j ON true
+    WHERE s.hardware IS NOT NULL
+)
+SELECT run_id, target, any_value(node) AS node, min(target_index) AS target_index,
+       count(DISTINCT gpu_name) AS gpus_named,
+       string_agg(DISTINCT gpu_name, ' | ' ORDER BY gpu_name) AS gpu_name,
+       string_agg(DISTINCT driver_version, ' | ' ORDER BY driver_version) AS driver_version,
+       string_agg(DISTINCT cuda_version, ' | ' ORDER BY cuda_version) AS cuda_version,
+       string_agg(DISTINCT host, ' | ' ORDER BY host) AS host, string_agg(DISTINCT os, ' | ' ORDER BY os) AS os,
+       string_agg(DISTINCT loadgen_version, ' | ' ORDER BY loadgen_version) AS loadgen_version,
+       string_agg(DISTINCT source, ' | ' ORDER BY source) AS source,
+       string_agg(DISTINCT unavailable, ' | ' ORDER BY unavailable) AS unavailable, bool_or(emulated) AS emulated
+FROM g GROUP BY run_id, target;
+
+-- Hardware that makes a comparison unfair (confounders.sql, the answer, the report; docs/telemetry.md). A unit is a
+-- node when the run's telemetry covers several nodes (a fleet), else a target (each its own server and GPU).
+-- Per unit: the median SM clock while its GPU worked, over every window of its steps, against the median of the
+-- other units' (its peers'); its worst window's throttled share (the larger of the samples with a slowdown
+-- reason and the violation counters' share) and that window's main reason (the power violation counter counts
+-- as the software power cap, the thermal one as the software thermal slowdown); its GPU model, driver and CUDA
+-- version against the run's most common. A unit is named when its clock is more than `clock_drop_pct` (10) %
+-- below its peers', when a window was throttled more than `throttled_max_pct` (5) % of the time, or when a
+-- version differs. note: the sentence the answer and the report print.
+CREATE OR REPLACE VIEW gpu_confounders AS
+WITH runs_nodes AS (
+    SELECT run_id, count(DISTINCT node) > 1 AS by_node FROM gpu_instants GROUP BY run_id
+), unit_of AS (
+    SELECT DISTINCT s.run_id, s.target, if(r.by_node, s.node, s.target) AS unit, r.by_node
+    FROM step_info s JOIN runs_nodes r USING (run_id)
+), clocks AS (
+    SELECT u.run_id, u.unit, any_value(u.by_node) AS by_node, median(i.sm_clock_mhz) FILTER (i.busy) AS clock
+    FROM gpu_instants i JOIN unit_of u USING (run_id, target)
+    GROUP BY u.run_id, u.unit
+), reasons AS (
+    UNPIVOT (SELECT run_id, step_id, target,   -- a violation counter is evidence of its cap too
+                    greatest(sw_power_cap_pct, coalesce(power_violation_pct, 0)) AS sw_power_cap_pct,
+                    hw_slowdown_pct, greatest(sw_thermal_slowdown_pct, coalesce(thermal_violation_pct, 0))
+                        AS sw_thermal_slowdown_pct, hw_thermal_slowdown_pct, hw_power_brake_pct
+             FROM gpu_window)
+    ON COLUMNS(* EXCLUDE (run_id, step_id, target)) INTO NAME reason VALUE pct
+), windows AS (
+    SELECT w.run_id, w.step_id, w.target,
+           greatest(w.throttled_pct, coalesce(w.power_violation_pct, 0), coalesce(w.thermal_violation_pct, 0))
+               AS share,
+           (SELECT arg_max(r.reason, r.pct) FROM reasons r WHERE r.run_id = w.run_id AND r.step_id = w.step_id
+               AND r.target = w.target) AS reason
+    FROM gpu_window w
+), worst AS (
+    SELECT u.run_id, u.unit, arg_max(w.share, w.share) AS share,
+           arg_max(w.reason, w.share) AS reason, arg_max(s.level, w.share) AS level,
+           arg_max(s.mode, w.share) AS mode
+    FROM windows w JOIN unit_of u USING (run_id, target) JOIN step_info s USING (run_id, step_id, target)
+    GROUP BY u.run_id, u.unit
+), versions AS (
+    UNPIVOT (SELECT u.run_id, u.unit, string_agg(DISTINCT h.gpu_name, ' | ') AS "GPU",
+                    string_agg(DISTINCT h.driver_version, ' | ') AS "driver",
+                    string_agg(DISTINCT h.cuda_version, ' | ') AS "CUDA"
+             FROM target_hardware h JOIN unit_of u USING (run_id, target) GROUP BY u.run_id, u.unit)
+    ON "GPU", "driver", "CUDA" INTO NAME what VALUE value
+), usual AS (
+    SELECT run_id, what, mode(value) AS usual, count(DISTINCT value) AS kinds FROM versions GROUP BY ALL
+), units AS (
+    SELECT c.run_id, c.unit, c.by_node, c.clock, w.share, w.reason, w.level, w.mode,
+           (SELECT string_agg(u.target, ', ' ORDER BY u.target) FROM unit_of u
+               WHERE u.run_id = c.run_id AND u.unit = c.unit) AS targets,
+           (SELECT median(p.clock) FROM clocks p WHERE p.run_id = c.run_id AND p.unit <> c.unit) AS peer_clock,
+           (SELECT string_agg(p.unit, ', ' ORDER BY p.unit) FROM clocks p
+               WHERE p.run_id = c.run_id AND p.unit <> c.unit) AS peers,
+           (SELECT bool_or(s.emulated) FROM unit_of u JOIN step_info s USING (run_id, target)
+               WHERE u.run_id = c.run_id AND u.unit = c.unit) AS emulated
+    FROM clocks c LEFT JOIN worst w USING (run_id, unit)
+), worded AS (
+    SELECT *, if(by_node, 'on ', 'for ') || if(peers LIKE '%,%', 'its peers ' || peers, peers) AS versus,
+           reason_words(CASE reason WHEN 'sw_power_cap_pct' THEN 'sw_power_cap'
+                                    WHEN 'hw_slowdown_pct' THEN 'hw_slowdown'
+                                    WHEN 'sw_thermal_slowdown_pct' THEN 'sw_thermal_slowdown'
+                                    WHEN 'hw_thermal_slowdown_pct' THEN 'hw_thermal_slowdown'
+                                    ELSE 'hw_power_brake' END) AS reason_text,
+           share > coalesce(getvariable('throttled_max_pct'), 5)::DOUBLE AS throttled,
+           clock < (1 - coalesce(getvariable('clock_drop_pct'), 10)::DOUBLE / 100) * peer_clock AS slow
+    FROM units
+)
+SELECT run_id, unit, by_node, targets, 'gpu.sm_clock_median_mhz' AS setting, printf('%.0f', clock) AS value,
+       printf('%.0f', peer_clock) AS peer_value, peers, round(pct_change(clock, peer_clock), 1) AS change_pct,
+       format('{} ran at {:,.0f} MHz median vs {:,.0f} {}{}: its numbers are not comparable', unit, clock,
+              peer_clock, versus,
+              if(throttled, format(' ({} {:.0f}% of the window)', reason_text, share), '')) AS note,
+       emulated
+FROM worded WHERE slow
+UNION ALL
+SELECT run_id, unit, by_node, targets, 'gpu.throttled_pct', printf('%.1f', share),
+       printf('%.0f', coalesce(getvariable('throttled_max_pct'), 5)::DOUBLE), '(limit)', NULL,
+       format('{} was throttled {:.0f}% of a window ({}, at {}): its numbers are not comparable', unit, share,
+              reason_text, if(mode = 'open', printf('%g req/s', level), printf('C=%g', level))),
+       emulated
+FROM worded WHERE throttled AND NOT coalesce(slow, false)
+UNION ALL
+SELECT v.run_id, v.unit, w.by_node, w.targets, 'gpu.' || lower(v.what), v.value, u.usual, w.peers, NULL,
+       format('{} has {} {} vs {} on the others: its numbers are not comparable', v.unit, v.what, v.value, u.usual),
+       w.emulated
+FROM versions v JOIN usual u USING (run_id, what) JOIN worded w USING (run_id, unit)
+WHERE u.kinds > 1 AND v.value <> u.usual;

@@ -82,6 +82,13 @@ class Results:
             "loop_lag_ms": loop_lag_ms, "read_delay_max_ms": read_delay_max_ms, "cpu_percent": cpu_percent,
             "in_flight": in_flight, "target_in_flight": target_in_flight})
 
+    def gpu_sample(self, run_id: str, step_id: int | None, target: str, *, t_ms: float, node: str = "n1",
+                   gpu: str = "0", moment: str = "during", **fields) -> None:
+        """One GPU's reading (power_w, energy_j, sm_clock_mhz, clock_reasons_mask, ...; the rest NULL)."""
+        self.rows["gpu_samples"].append({"run_id": run_id, "step_id": step_id, "target": target, "node": node,
+                                         "t_ns": ns(t_ms), "moment": moment, "source": "dcgm", "gpu": gpu,
+                                         **fields})
+
     def write(self, root: Path) -> Path:
         """Write one file per (table, run) plus schema-only files where a run has no rows."""
         run_ids = sorted({r["run_id"] for r in self.rows["runs"]})

@@ -296,3 +296,44 @@ def test_fleet_capacity_search_finds_each_nodes_own_capacity_and_sums_them(clust
     fleet = rows[("none", "(fleet)")]
     assert fleet["capacity"] == 9 and fleet["note"] == "3 nodes", fleet
     assert "fleet none: 9 users" in job.stdout, job.stdout[-3000:]
+
+
+DEGRADED_FLEET = fleet_toml("three-sparks-one-degraded", MARK, {   # spark2 stuck in the Spark's low-power state
+    "spark1": ('resource = "spark1"', "seed = 1, time-scale = 4.0"),
+    "spark2": ('resource = "spark2"', 'seed = 2, time-scale = 4.0, fault = "degraded-power"'),
+    "spark3": (SPARK3, "seed = 3, time-scale = 4.0")})
+
+DEGRADED = """
+[[fleet.configurations]]
+profile = "mtp"
+"""
+
+
+def test_a_node_in_degraded_power_is_named_in_the_answer_with_why(cluster, tmp_path):
+    """spark2's emulator runs --fault degraded-power (clock and speed / 3, software power cap): its telemetry comes
+    through the same DCGM reader as a real exporter's, and the job's answer names spark2 and why; the healthy
+    nodes are not named."""
+    address, _ = cluster
+    (tmp_path / "fleet.toml").write_text(DEGRADED_FLEET)
+    experiment = tmp_path / "degraded.toml"
+    text = EXPERIMENT.format(name="degraded", configurations=DEGRADED)
+    experiment.write_text(text.replace("warmup_s = 0.5", "warmup_s = 3.0")   # long enough for a loaded host's first
+                          .replace("measure_s = 2.0", "measure_s = 3.0")    # step: the window sees the GPUs work
+                          .replace("max_new_tokens = 16", "max_new_tokens = 48"))
+    job = submit_job(address, ["python3", "-m", "jobs.fleet", "--config", str(experiment),
+                               "--results", str(tmp_path / "results")])
+    assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-3000:]
+    said = " ".join(job.stdout.split())   # the answer wraps its lines at 120 columns
+    named = re.findall(r"(spark\d) ran at ([\d,]+) MHz median vs ([\d,]+) on its peers spark1, spark3 "
+                       r"\(software power cap (\d+)% of the window\): its numbers are not comparable", said)
+    assert [(n, clock, peers) for n, clock, peers, _ in named] == [("spark2", "802", "2,405")], job.stdout[-3000:]
+    assert 5 < int(named[0][3]) <= 100
+    assert "spark1 ran at" not in said and "spark3 ran at" not in said and "throttled" not in said
+    con = analysis.open_results(tmp_path / "results")
+    by_node = {r["node"]: r for r in analysis.run_query(con, "gpu_by_step").to_pylist()}
+    assert by_node["spark2"]["sm_clock_median_mhz"] == 802 and by_node["spark2"]["sw_power_cap_pct"] > 50
+    assert all(by_node[n]["sm_clock_median_mhz"] == 2405 and by_node[n]["throttled_pct"] == 0
+               for n in ("spark1", "spark3"))
+    hardware = {r["node"]: r for r in analysis.run_query(con, "hardware").to_pylist()}
+    assert {r["gpu_name"] for r in hardware.values()} == {"NVIDIA GB10"} and set(hardware) == {
+        "spark1", "spark2", "spark3"}

@@ -10,7 +10,7 @@ from typing import Any
 
 from loadgen.client.protocol import ADAPTERS
 from loadgen.config.tables import StrictTable, check_name, load_toml
-from loadgen.config.targets import TargetConfig, check_url, emulator_args
+from loadgen.config.targets import TargetConfig, check_url, emulator_args, telemetry_options
 from loadgen.errors import ConfigError
 
 PROFILES_DIR = Path(__file__).parents[2] / "infra" / "profiles"
@@ -48,6 +48,8 @@ class FleetNode:
     url: str | None                  # the server endpoint as the workers see it; None: loopback, port by loadgen
     flags: dict[str, Any]            # extra server flags for this node (e.g. time-scale on an emulated node)
     api_key_env: str | None = None
+    telemetry: str | None = None     # the node's DCGM exporter, read instead of NVML (docs/telemetry.md)
+    telemetry_gpus: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -166,9 +168,10 @@ def _parse_node(raw: Any, key: str, launch: str, fleet_dir: Path) -> FleetNode:
         raise ConfigError(f"{key}.url", "a client node runs workers, not a server", "remove it")
     flags = _resolve_paths(t.get("flags", dict, {}), fleet_dir)
     api_key_env = t.get("api_key_env", str, None)
+    telemetry, gpus = telemetry_options(t, key)
     t.done()
     locator = Locator(node_ip, resource, tuple(sorted((labels or {}).items())))
-    return FleetNode(name, locator, url, flags, api_key_env)
+    return FleetNode(name, locator, url, flags, api_key_env, telemetry, gpus)
 
 
 def _parse_stages(t: StrictTable, nodes: tuple[FleetNode, ...], launch: str, profiles_dir: Path, replace: dict,
@@ -179,7 +182,8 @@ def _parse_stages(t: StrictTable, nodes: tuple[FleetNode, ...], launch: str, pro
         if shorthand or tables:
             raise ConfigError("fleet.profiles", "servers are external (already running): nothing to launch",
                               "remove profiles/configurations, or set launch = \"sglang\"/\"emulator\"")
-        targets = tuple(TargetConfig(n.name, flavor, n.url, (), n.name, n.api_key_env) for n in nodes)
+        targets = tuple(TargetConfig(n.name, flavor, n.url, (), n.name, n.api_key_env, telemetry=n.telemetry,
+                                     telemetry_gpus=n.telemetry_gpus) for n in nodes)
         return (Stage("external", {}, {}, targets),)
     if (shorthand is None) == (tables is None):
         raise ConfigError("fleet.profiles", "give exactly one of `profiles = [...]` or [[fleet.configurations]]",
@@ -213,7 +217,8 @@ def _parse_stages(t: StrictTable, nodes: tuple[FleetNode, ...], launch: str, pro
         flags = {n.name: _flags(n, profiles[n.name], replace) for n in nodes}
         targets = tuple(TargetConfig(f"{n.name}.{stage_name}", flavor, None,
                                      emulator_args(flags[n.name], f"fleet.nodes.{n.name}.flags", base_dir),
-                                     n.name, n.api_key_env) for n in nodes)
+                                     n.name, n.api_key_env, telemetry=n.telemetry,
+                                     telemetry_gpus=n.telemetry_gpus) for n in nodes)
         stages.append(Stage(stage_name, profiles, flags, targets))
     _unique([s.name for s in stages], "fleet.configurations", "configuration")
     return tuple(stages)

@@ -27,6 +27,8 @@ class TargetConfig:
     model: str | None = None         # openai-*: the `model` field; None = the first of GET /v1/models
     continuous_usage: bool = True    # openai-*: ask for usage on every frame (per-frame token counts)
     spec_details: bool | None = None  # openai-*: ask for SGLang's spec_tokens_details; None = if SGLang >= 0.5.23
+    telemetry: str | None = None     # the server's DCGM exporter (http://node:9400/metrics); docs/telemetry.md
+    telemetry_gpus: tuple[str, ...] | None = None   # the GPUs (index or UUID) that serve it; None: every one shown
 
 
 def parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
@@ -60,9 +62,24 @@ def parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
     if api_key_file is not None:
         api_key_file = str((base_dir / api_key_file).resolve())  # read on the worker, at preflight
     openai = _openai_options(t, key, flavor)
+    telemetry, gpus = telemetry_options(t, key)
     t.done()
-    return TargetConfig(name, flavor, url, args, node, api_key_env, api_key_file, *openai)
+    return TargetConfig(name, flavor, url, args, node, api_key_env, api_key_file, *openai, telemetry, gpus)
 
+
+def telemetry_options(t: StrictTable, key: str) -> tuple[str | None, tuple[str, ...] | None]:
+    """`telemetry`: a DCGM exporter's /metrics URL; `telemetry_gpus`: which of its GPUs serve the target."""
+    url = t.get("telemetry", str, None)
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"{key}.telemetry", f"{url!r} is not an http:// URL",
+                              "name the server's DCGM exporter, e.g. telemetry = \"http://10.0.0.11:9400/metrics\"")
+    gpus = t.get("telemetry_gpus", list, None)
+    if gpus is not None and (not gpus or not all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus)):
+        raise ConfigError(f"{key}.telemetry_gpus", "must be a non-empty list of GPU indices or UUIDs",
+                          "e.g. telemetry_gpus = [0] or [\"GPU-5c0f...\"]")
+    return url, None if gpus is None else tuple(str(g) for g in gpus)
 
 def _openai_options(t: StrictTable, key: str, flavor: str) -> tuple[str | None, bool, bool | None]:
     """model, continuous_usage, spec_details: request options of the openai-* flavours only."""

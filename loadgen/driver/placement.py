@@ -82,6 +82,16 @@ class LocalPlacement:
     def launch(self, server: Any, target: TargetConfig) -> Any:
         return server.start_emulator.remote(list(target.emulator_args), self.health_timeout_s)
 
+    def sampler_options(self, target: TargetConfig, server: Any) -> dict:
+        """The GPU sampler goes where the target's server runs: beside the server actor loadgen launched, else
+        on the driver's node (a url target read on this machine: loopback, or its named exporter)."""
+        node_id = ray.get(server.node_id.remote()) if server is not None else ray.get_runtime_context().get_node_id()
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+
+    def on_fleet_node(self, target: TargetConfig) -> bool:
+        """Whether the target's server runs on a fleet node (which its sampler reads through NVML)."""
+        return False
+
     def verify(self, targets: list[tuple[TargetConfig, list]], servers: dict[str, Any],
                log: Callable[[str], None]) -> None:
         """Nothing was pinned."""
@@ -145,6 +155,13 @@ class FleetPlacement(LocalPlacement):
 
     def worker_options(self, target: TargetConfig, index: int) -> dict:
         return self._pin(self._worker_node(target, index))
+
+    def sampler_options(self, target: TargetConfig, server: Any) -> dict:
+        """A fleet node samples itself: the sampler is pinned to the target's node like its server."""
+        return self._pin(target.node)
+
+    def on_fleet_node(self, target: TargetConfig) -> bool:
+        return target.node in self.node_ids
 
     def _worker_node(self, target: TargetConfig, index: int) -> str:
         """The server's own node, or the client nodes round-robin (by server node, then worker)."""

@@ -35,7 +35,7 @@ from loadgen.client.protocol.base import SamplingSpec
 from loadgen.client.worker import LoadWorker, PromptPool
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, LoadConfig, TargetConfig
-from loadgen.driver import serverdeath
+from loadgen.driver import serverdeath, telemetry
 from loadgen.driver.placement import LocalPlacement, placement_for
 from loadgen.driver.plan import (
     Judge,
@@ -131,6 +131,7 @@ class _Target:
     pinned: list = field(default_factory=list)   # the PromptPool its workers read from: alive while referenced
     server: Any = None                           # its ServerProcess actor, when loadgen launched it
     input_fit: dict | None = None                # prompts.input_tokens: its chars-to-tokens fit (steps.server_info)
+    gpu: telemetry.Sampler | None = None         # its GPU sampler (gpu_samples) and steps.hardware
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -260,6 +261,9 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
         ray.get([w.configure.remote(options) for w in target.workers[1:]])
         target.info = info
         log(f"target {target.config.name}: {_describe(info)}")
+    samplers = telemetry.start_samplers([(t.config, t.url, t.info, t.server) for t in targets], placement, log)
+    for target, sampler in zip(targets, samplers):
+        target.gpu = sampler
     samples = calibration_prompts(exp.prompts)   # none without prompts.input_tokens
     counts = (ray.get([t.workers[0].calibrate.remote(samples, exp.load.request_timeout_s) for t in targets])
               if samples else [])
@@ -289,6 +293,9 @@ def _tear_down(targets: list[_Target], servers: list, log_dir: Path) -> None:
     finally:
         for actor in workers + servers:
             ray.kill(actor)   # the server dies with its actor (PR_SET_PDEATHSIG)
+        for t in targets:
+            if t.gpu is not None:
+                t.gpu.close()
     for name, data in logs:
         dest = log_dir / name
         if data and (not dest.exists() or dest.stat().st_size != len(data)):
@@ -327,6 +334,8 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     for t, info in zip(targets, infos):
         t.info = info
         _write_server_info_samples(ctx.sink, ctx.run_id, step.step_id, t, info, t_before, "before")
+    gpus = [(t.config, t.gpu) for t in targets]
+    telemetry.mark(gpus, ctx.sink, ctx.run_id, step.step_id, "step_start")
     times = _plan_times(ctx.exp.load, step)
     sink_incarnation = ray.get(ctx.sink.incarnation.remote())
     started = _start_workers(ctx, step, targets, times)
@@ -341,6 +350,7 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     cut = "cut: the run was stopped" if interrupted else "cut at the end of the step (drain)"
     counts = stop_workers(started.active, drain, cut)
     t_end = now_ns()
+    telemetry.mark(gpus, ctx.sink, ctx.run_id, step.step_id, "step_end")
     if times.counted or interrupted and times.adaptive:   # no window end was set: the step's end closes it
         ends = [min(e, t_end) for e in ends]
     lost = write_lost_rows(ctx.sink, ctx.run_id, step.step_id, drain.dead)
@@ -577,6 +587,7 @@ def _step_row(ctx: RunContext, step: PlannedStep, level: TargetLoad, t: _Target,
         "rate": level.rate, "repeat": step.repeat if level.repeat is None else level.repeat, "probe": level.probe,
         "prompt_mix": exp.prompts.describe(), "t_start_ns": t_start, "t_measure_start_ns": t_ms,
         "t_measure_end_ns": t_me, "t_end_ns": t_end, "status": status, "status_reason": reason,
+        "hardware": t.gpu.hardware if t.gpu else None,
     }
 
 

@@ -63,4 +63,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.time_scale <= 0:
         build_parser().error(f"--time-scale must be > 0, got {args.time_scale}")
+    if args.degraded_power_factor < 1:
+        build_parser().error(f"--degraded-power-factor must be >= 1, got {args.degraded_power_factor}")
     return args

@@ -13,9 +13,24 @@ All numbers come from the profiles; `time_scale` > 1 runs the model that many ti
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from loadgen.emulator.profiles import HardwareProfile, ModelProfile
 from loadgen.emulator.spec import SpecConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """One forward's wall seconds, and the modelled seconds the target's memory and compute roofs take of it:
+    the roofline utilisation the GPU model turns into power (loadgen.emulator.gpu)."""
+
+    seconds: float        # wall time (time_scale applied)
+    modelled_s: float     # the modelled hardware's time
+    memory_s: float       # target forward: bytes / bandwidth
+    compute_s: float      # target forward: FLOPs / compute
+
+
+IDLE = Forward(0.0, 0.0, 0.0, 0.0)
 
 
 class CostModel:
@@ -41,7 +56,12 @@ class CostModel:
 
     def _forward(self, weight_bytes: float, params: float, tokens: float, flops_per_s: float,
                  extra_bytes: float = 0.0) -> float:
-        return max((weight_bytes + extra_bytes) / self._bw, 2.0 * params * tokens / flops_per_s)
+        return max(self._roofs(weight_bytes, params, tokens, flops_per_s, extra_bytes))
+
+    def _roofs(self, weight_bytes: float, params: float, tokens: float, flops_per_s: float,
+               extra_bytes: float = 0.0) -> tuple[float, float]:
+        """(memory seconds, compute seconds) of one forward; its time is the larger."""
+        return (weight_bytes + extra_bytes) / self._bw, 2.0 * params * tokens / flops_per_s
 
     def draft_time(self, batch: int) -> float:
         """Drafting for one decode step of `batch` requests (before verification)."""
@@ -57,21 +77,31 @@ class CostModel:
 
     def decode_time(self, context_lens: Sequence[int]) -> float:
         """One decode (verify) step over the running batch; context_lens are tokens held per request."""
+        return self.decode(context_lens).seconds
+
+    def decode(self, context_lens: Sequence[int]) -> Forward:
+        """decode_time with its roofline split."""
         if self.zero or not context_lens:
-            return 0.0
+            return IDLE
         batch = len(context_lens)
         verify = self.spec.verify_tokens
         extra = self._kv * sum(context_lens) + batch * (self._state + verify * self._snap)
-        target = self._forward(self._w, self._p, batch * verify, self._flops, extra)
-        total = target + self.draft_time(batch) + self._overhead + batch * self._req_overhead
-        return total * self.scale
+        memory_s, compute_s = self._roofs(self._w, self._p, batch * verify, self._flops, extra)
+        total = max(memory_s, compute_s) + self.draft_time(batch) + self._overhead + batch * self._req_overhead
+        return Forward(total * self.scale, total, memory_s, compute_s)
 
     def prefill_time(self, prompt_tokens: Sequence[int]) -> float:
         """One prefill (extend) forward for newly admitted requests; yields each one's first token."""
+        return self.prefill(prompt_tokens).seconds
+
+    def prefill(self, prompt_tokens: Sequence[int]) -> Forward:
+        """prefill_time with its roofline split."""
         if self.zero or not prompt_tokens:
-            return 0.0
+            return IDLE
         n = sum(prompt_tokens)
-        t = self._forward(self._w, self._p, n, self._pflops, self._state * len(prompt_tokens))
+        memory_s, compute_s = self._roofs(self._w, self._p, n, self._pflops, self._state * len(prompt_tokens))
+        t = max(memory_s, compute_s)
         if self.spec.enabled:
             t += self._forward(self._dw, self._dp, n, self._pflops)
-        return (t + self._overhead) * self.scale
+        total = t + self._overhead
+        return Forward(total * self.scale, total, memory_s, compute_s)

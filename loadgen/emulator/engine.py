@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from loadgen.emulator import vocab
-from loadgen.emulator.costmodel import CostModel
+from loadgen.emulator.costmodel import IDLE, CostModel, Forward
 from loadgen.emulator.faults import Fault
 from loadgen.emulator.profiles import ModelProfile
 from loadgen.emulator.spec import SpecConfig
@@ -130,6 +130,12 @@ class Observer(Protocol):
     def on_abort(self, req: EmuRequest) -> None: ...
 
 
+class GpuObserver(Protocol):
+    """What the engine tells the GPU model (gpu.GpuModel): each forward as it starts."""
+
+    def on_forward(self, forward: Forward) -> None: ...
+
+
 class Engine:
     """Waiting queue + running batch + the stepping loop. All methods run on the event loop thread."""
 
@@ -152,6 +158,8 @@ class Engine:
         self._deadline = 0.0
         self._task: asyncio.Task | None = None
         self.observer: Observer | None = None   # metrics.Metrics when --enable-metrics: sees every token commit
+        self.gpu: GpuObserver | None = None      # gpu.GpuModel: sees every forward (power, clock, energy)
+        self.last_forward: Forward = IDLE        # the forward plan_step chose last, with its roofline split
 
     # ---- lifecycle
     def start(self) -> None:
@@ -280,11 +288,13 @@ class Engine:
         None: nothing can run until a request arrives or leaves."""
         admitted = self._admit()
         if admitted:
-            return "prefill", admitted, self.cost.prefill_time([r.prompt_tokens for r in admitted])
+            self.last_forward = self.cost.prefill([r.prompt_tokens for r in admitted])
+            return "prefill", admitted, self.last_forward.seconds
         if not self.running:
             return None
         batch = list(self.running)
-        return "decode", batch, self.cost.decode_time([r.prompt_tokens + len(r.output_ids) for r in batch])
+        self.last_forward = self.cost.decode([r.prompt_tokens + len(r.output_ids) for r in batch])
+        return "decode", batch, self.last_forward.seconds
 
     def complete_step(self, kind: str, batch: list[EmuRequest]) -> None:
         """Apply a planned forward once its time has passed (requests aborted meanwhile are skipped)."""
@@ -304,6 +314,8 @@ class Engine:
                 self._deadline = asyncio.get_running_loop().time()   # idle time is not owed to anyone
                 continue
             kind, batch, seconds = step
+            if self.gpu is not None:
+                self.gpu.on_forward(self.last_forward)
             await self._sleep(seconds)
             self.complete_step(kind, batch)
 

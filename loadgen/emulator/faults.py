@@ -33,6 +33,12 @@ def add_fault_args(p: argparse.ArgumentParser) -> None:
                    help="end the body cleanly after K frames: no finish frame, no [DONE]")
     g.add_argument("--fault-slow-first-token-ms", type=float, default=0.0, metavar="MS",
                    help="delay the first token frame by MS")
+    g.add_argument("--fault", choices=("degraded-power",), default=None,
+                   help="a state of the whole server: degraded-power = the DGX Spark stuck in a low-power state "
+                        "(SM clock and speed divided by --degraded-power-factor, software power cap; "
+                        "loadgen/emulator/gpu.py)")
+    g.add_argument("--degraded-power-factor", type=float, default=3.0, metavar="F",
+                   help="degraded-power: divide the SM clock and the speed by F (default 3: 2,405 -> 802 MHz)")
 
 
 @dataclass(slots=True)

@@ -28,6 +28,17 @@ class HardwareProfile:
     step_overhead_ms: float
     request_overhead_ms: float
     zero_cost: bool = False
+    # The GPU's telemetry (loadgen.emulator.gpu): served as a DCGM exporter's /metrics; zero: no GPU modelled
+    gpu_name: str = ""
+    idle_power_w: float = 0.0
+    max_power_w: float = 0.0
+    power_memory_weight: float = 0.0   # share of the idle-to-max power range a memory-bound forward draws
+    power_compute_weight: float = 0.0  # ... and a compute-bound one
+    sm_clock_max_mhz: float = 0.0
+    sm_clock_idle_mhz: float = 0.0
+    ambient_c: float = 0.0
+    degrees_per_w: float = 0.0         # steady temperature above ambient per watt drawn
+    thermal_tau_s: float = 60.0        # how fast the temperature follows the power (modelled seconds)
 
     @property
     def bytes_per_s(self) -> float:

@@ -16,6 +16,7 @@ from loadgen.emulator import profiles
 from loadgen.emulator.costmodel import CostModel
 from loadgen.emulator.engine import EmuRequest, Engine, QueueFull, resolve_min_free_slots
 from loadgen.emulator.faults import FaultPicker
+from loadgen.emulator.gpu import GpuModel
 from loadgen.emulator.httputil import error_body, json_response
 from loadgen.emulator.metrics import Metrics, render
 from loadgen.emulator.native import generate
@@ -37,7 +38,8 @@ class Emulator:
         self.spec: SpecConfig = resolve(args.speculative_algorithm, args.speculative_num_steps,
                                         args.speculative_eagle_topk, args.speculative_num_draft_tokens,
                                         args.speculative_draft_model_path)
-        self.cost = CostModel(self.hardware, self.model, self.spec, args.time_scale)
+        degraded = args.degraded_power_factor if args.fault == "degraded-power" else 1.0
+        self.cost = CostModel(self.hardware, self.model, self.spec, args.time_scale / degraded)
         self.engine = Engine(self.cost, self.spec, self.model, max_running=args.max_running_requests,
                              max_queued=args.max_queued_requests, seed=args.seed,
                              decode_log_interval=args.decode_log_interval,
@@ -46,6 +48,11 @@ class Emulator:
                                                                    args.max_running_requests,
                                                                    self.spec.algorithm == "DFLASH"))
         self.faults = FaultPicker(args)
+        # the modelled GPU (none for a hardware profile without one, e.g. `zero`); degraded-power is not in the
+        # server's info, as the real trap is not: only the GPU's telemetry shows it
+        self.gpu = (GpuModel(self.hardware, args.time_scale, degraded, f"loadgen-emulator {loadgen_version}")
+                    if self.hardware.gpu_name else None)
+        self.engine.gpu = self.gpu
         self.metrics = Metrics()
         if args.enable_metrics:
             self.engine.observer = self.metrics
@@ -220,6 +227,14 @@ async def metrics(request: web.Request) -> web.Response:
                         headers={"X-Content-Type": "text/plain; version=0.0.4"})
 
 
+async def dcgm_metrics(request: web.Request) -> web.Response:
+    """The modelled GPU as a DCGM exporter's /metrics (loadgen/emulator/gpu.py); 404 without a modelled GPU."""
+    gpu = emulator(request).gpu
+    if gpu is None:
+        raise web.HTTPNotFound(text="this hardware profile models no GPU (no gpu_name)\n")
+    return web.Response(text=gpu.render(), content_type="text/plain", charset="utf-8")
+
+
 async def emulator_requests(request: web.Request) -> web.Response:
     return json_response({"requests": [r.record() for r in emulator(request).engine.ledger]})
 
@@ -231,10 +246,11 @@ async def emulator_reset(request: web.Request) -> web.Response:
 
 @web.middleware
 async def api_key_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """--api-key: every route but /health*, /ready and /metrics needs `Authorization: Bearer KEY`."""
+    """--api-key: every route but /health*, /ready, /metrics and the GPU's exporter needs `Authorization: Bearer
+    KEY` (a DCGM exporter asks for none)."""
     key = emulator(request).args.api_key
     path = request.path
-    if key and not path.startswith(("/health", "/ready", "/metrics")):
+    if key and not path.startswith(("/health", "/ready", "/metrics", "/emulator/dcgm/")):
         auth = request.headers.get("Authorization", "")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or token != key:
@@ -260,6 +276,7 @@ def build_app(emu: Emulator) -> web.Application:
     r.add_get("/ready", health)
     r.add_get("/health_generate", health_generate)
     r.add_get("/metrics", metrics)
+    r.add_get("/emulator/dcgm/metrics", dcgm_metrics)
     r.add_get("/emulator/requests", emulator_requests)
     r.add_post("/emulator/reset", emulator_reset)
 

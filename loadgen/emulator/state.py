@@ -13,6 +13,7 @@ from typing import Protocol
 from aiohttp import web
 
 from loadgen.emulator.engine import EmuRequest, Engine
+from loadgen.emulator.gpu import GpuModel
 from loadgen.emulator.metrics import Metrics
 from loadgen.emulator.profiles import ModelProfile
 from loadgen.emulator.spec import SpecConfig
@@ -26,6 +27,7 @@ class EmulatorState(Protocol):
     model: ModelProfile
     engine: Engine
     metrics: Metrics
+    gpu: GpuModel | None           # the modelled GPU (loadgen/emulator/gpu.py), None without one
     served_model_name: str
     startup_time: float
 

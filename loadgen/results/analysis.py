@@ -37,6 +37,8 @@ PARAMS: dict[str, str] = {
     "max_cpu_percent": "client_health: p90 worker CPU above this means a saturated client (default 90)",
     "min_in_flight_share": "client_health: share of samples at target in-flight below this fails (default 0.95)",
     "outlier_pct": "fleet_nodes: % off the fleet median that flags a node (default 15)",
+    "clock_drop_pct": "confounders: SM clock median this % below its peers' names a node (default 10)",
+    "throttled_max_pct": "confounders: a window throttled more than this % of the time names a node (default 5)",
     "slo_ttft_ms": "SLO line: time to first token in ms (default: the run's [slo])",
     "slo_tpot_ms": "SLO line: time per output token after the first, in ms (default: the run's [slo])",
     "slo_e2e_s": "SLO line: send to last byte in s (default: the run's [slo])",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from loadgen.results.gpu_answer import energy_lines, hardware_lines  # GPU telemetry, when the run has it
 from loadgen.results.slo_answer import capacity_lines  # the capacity at the SLO, when the run has one
 
 WIDTH = 120        # the table fits a 120-column terminal or log viewer
@@ -180,7 +181,10 @@ def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -
     lines += [textwrap.fill(f"{c.other} vs {c.baseline}: {c.headline}", WIDTH, initial_indent="  ",
                             subsequent_indent="    ") for c in found] or [
         "  one series only: nothing to compare (add a second target to compare algorithms)"]
+    lines += [textwrap.fill(line, WIDTH, initial_indent="  ", subsequent_indent="    ") for line in hardware_lines(con)]
     lines += [f"  {line}" for line in capacity_lines(con)]
+    lines += [textwrap.fill(f"energy: {line}", WIDTH, initial_indent="  ", subsequent_indent="    ")
+              for line in energy_lines(con)]
     if any(lv.emulated for c in found for lv in c.levels):
         lines.append("  (emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
     for c in found:
@@ -202,12 +206,13 @@ def write_summary(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str,
     found = comparisons(con)
     folder = summary_dir(results_dir, run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    data = {"run_id": run_id, "status": status, "capacity": capacity_lines(con),
-            "comparisons": [asdict(c) for c in found]}
+    data = {"run_id": run_id, "status": status, "capacity": capacity_lines(con), "hardware": hardware_lines(con),
+            "energy": energy_lines(con), "comparisons": [asdict(c) for c in found]}
     (folder / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
     md = [f"# {run_id} ({status})", ""]
     md += [f"- **{c.other} vs {c.baseline}**: {c.headline}" for c in found] + [
-        f"- {line}" for line in capacity_lines(con)]
+        f"- **{line}**" for line in hardware_lines(con)] + [f"- {line}" for line in capacity_lines(con)] + [
+        f"- energy: {line}" for line in energy_lines(con)]
     for c in found:
         md += ["", f"## {c.other} vs {c.baseline}", "", _markdown(c)]
     (folder / "summary.md").write_text("\n".join(md) + "\n")

@@ -13,6 +13,7 @@ import pyarrow as pa
 SCHEMA_VERSION = 5  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
                     # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
                     # 5: requests.prompt_tokens_target
+                    # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md)
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -74,6 +75,8 @@ STEPS = pa.schema([
     ("status", pa.string()),            # complete | incomplete | failed (the target's server died: an SLO fail)
     ("status_reason", pa.string()),
     ("probe", pa.string()),             # capacity search: why it chose this level; NULL in a grid
+    ("hardware", pa.string()),          # JSON text: the node and GPU(s) serving the target (host, os, loadgen
+                                        # version, GPU name, UUID, driver, CUDA) or why none was read
 ])
 
 REQUESTS = pa.schema([
@@ -143,6 +146,33 @@ CLIENT_SAMPLES = pa.schema([
     ("target_in_flight", pa.int32()),
 ])
 
+# The GPU serving a target, once a second and at each step's start and end (loadgen/servers/telemetry/). One row
+# per GPU per sample; a field the GPU or its source does not report is NULL.
+GPU_SAMPLES = pa.schema([
+    ("run_id", pa.string()),
+    ("step_id", pa.int32()),            # the step running when sampled (start to end); NULL between steps
+    ("target", pa.string()),
+    ("node", pa.string()),
+    ("t_ns", pa.int64()),
+    ("moment", pa.string()),            # step_start | during (once a second) | step_end
+    ("source", pa.string()),            # nvml | dcgm (an exporter's /metrics; the emulator's modelled GPU too)
+    ("gpu", pa.string()),               # the GPU's index on its node (NVML's order; the exporter's gpu label)
+    ("gpu_uuid", pa.string()),
+    ("power_w", pa.float64()),
+    ("energy_j", pa.float64()),         # the GPU's total-energy counter (since driver load or boot): use differences
+    ("sm_clock_mhz", pa.float64()),
+    ("sm_clock_max_mhz", pa.float64()),
+    ("temperature_c", pa.float64()),
+    ("utilization_pct", pa.float64()),  # share of the last sample period a kernel ran
+    ("memory_used_gb", pa.float64()),   # 10^9 bytes; device memory, or on unified memory (GB10, where NVML answers
+                                        # Not Supported) the node's MemTotal - MemAvailable (/proc/meminfo)
+    ("memory_source", pa.string()),     # device | meminfo
+    ("clock_reasons_mask", pa.int64()), # NVML clocks-event reasons (DCGM_FI_DEV_CLOCKS_EVENT_REASONS)
+    ("clock_reasons", pa.list_(pa.string())),  # the mask decoded: idle, sw_power_cap, hw_slowdown, ...
+    ("power_violation_s", pa.float64()),    # cumulative time the power limit held the clocks down, where supported
+    ("thermal_violation_s", pa.float64()),  # ... a thermal limit
+])
+
 TABLES: dict[str, pa.Schema] = {
     "runs": RUNS,
     "steps": STEPS,
@@ -150,6 +180,7 @@ TABLES: dict[str, pa.Schema] = {
     "frames": FRAMES,
     "server_samples": SERVER_SAMPLES,
     "client_samples": CLIENT_SAMPLES,
+    "gpu_samples": GPU_SAMPLES,
 }
 
 

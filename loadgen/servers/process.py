@@ -169,6 +169,11 @@ class ServerProcess:
         except OSError:
             return self.log_path.name, b""
 
+    def visible_gpus(self) -> str | None:
+        """CUDA_VISIBLE_DEVICES as Ray set it for this actor (fleet.server_resources = {GPU = 1}): the GPUs its
+        server uses, which the GPU sampler reads (loadgen/servers/telemetry/)."""
+        return os.environ.get("CUDA_VISIBLE_DEVICES")
+
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 

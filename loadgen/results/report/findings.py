@@ -194,9 +194,11 @@ def _fleet_findings(report: Report) -> list[Finding]:
 def _confounder_findings(report: Report) -> list[Finding]:
     diffs: dict[tuple, Rows] = defaultdict(list)
     for row in report.data["confounders"]:
+        if row.get("note"):   # a GPU that ran slow, throttled or on other hardware: _hardware_findings says it
+            continue
         diffs[(row["run_id"], f"{row['baseline_target']} ({row['baseline_algorithm']})",
                f"{row['target']} ({row['algorithm']})")].append(row)
-    findings = []
+    findings = _hardware_findings(report)
     for (_run, base, other), rows in diffs.items():
         items = []
         for r in rows:
@@ -212,11 +214,18 @@ def _confounder_findings(report: Report) -> list[Finding]:
         findings.append(Finding("conditions", f"{', '.join(unrecorded)} recorded no server settings "
                                 "(not SGLang's /get_server_info), so unequal conditions cannot be ruled out.",
                                 "Server settings unknown:"))
-    elif comparison_pairs(report) and not findings:
+    elif comparison_pairs(report) and not diffs:
         findings.append(Finding("like", "no recorded server setting (KV pool, memory fraction, flags, "
                                 "version, model) differs between the compared series besides the speculative "
                                 "ones.", "Like for like:"))
     return findings
+
+
+def _hardware_findings(report: Report) -> list[Finding]:
+    """The GPU telemetry's confounders (confounders.sql rows with a note): a node that ran slow, was throttled or
+    runs other hardware than its peers."""
+    notes = dict.fromkeys(r["note"] for r in report.data["confounders"] if r.get("note"))
+    return [Finding("conditions", note, "Hardware:") for note in notes]
 
 
 SETTING_NAMES = {"max_total_num_tokens": "KV pool (max_total_num_tokens, tokens)",

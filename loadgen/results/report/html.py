@@ -27,6 +27,9 @@ SECTIONS = (
     ("errors_by_class", "Requests by outcome class"),
     ("client_health", "Client health: could the load generator have distorted the numbers?"),
     ("fleet_nodes", "Nodes vs fleet median"),
+    ("gpu_by_step", "GPU per step: clock, power, throttling, energy"),
+    ("energy", "Tokens per joule"),
+    ("hardware", "Nodes and GPUs"),
     ("runs", "Runs"),
 )
 OPEN_ROWS = 8         # tables longer than this start collapsed
@@ -89,7 +92,21 @@ def _run_line(report: Report) -> str:
         items.append(f"{report.run_labels[r['run_id']]} ({r['run_id']}): {r['series']}; {unit} "
                      f"{', '.join(f'{v:g}' for v in levels)}; {r['repeats']} repeat(s) of {_fmt(r['window_s'])} s "
                      f"windows; {r['status']}")
-    return " | ".join(items)
+    hardware = _hardware_line(report)
+    return " | ".join(items) + (f" | {hardware}" if hardware else "")
+
+
+def _hardware_line(report: Report) -> str:
+    """Per node: GPU, driver, CUDA, OS, host and loadgen version (queries/hardware.sql), for the run line."""
+    items = []
+    for r in report.data["hardware"]:
+        if r["unavailable"]:
+            items.append(f"{r['node']}: no GPU telemetry ({r['unavailable']})")
+            continue
+        cuda = f", CUDA {r['cuda_version']}" if r["cuda_version"] else ""
+        items.append(f"{r['node']}: {r['gpu_name']}, driver {r['driver_version']}{cuda}, {r['os']} "
+                     f"(host {r['host']}), loadgen {r['loadgen_version']}")
+    return "; ".join(dict.fromkeys(items))
 
 
 def _comparison_table(report: Report, rows: Rows) -> str:

@@ -1,0 +1,227 @@
+"""GPU telemetry: the emulator's modelled GPU read through the DCGM reader the sampler uses (healthy against
+--fault degraded-power), the exporter parser on dcgm-exporter's own page shape, /proc/meminfo's unified memory,
+which GPU each target's sampler reads, and the sampler inside a real run (real Ray, a real emulator). NVML needs
+an NVIDIA driver: its test skips here with the reason (tests/gpu/nvml_check.py is the check on a real GPU)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from httpcalls import request
+from loadgen.config import TargetConfig, parse_experiment
+from loadgen.driver.runner import run_experiment
+from loadgen.driver.telemetry import choose_source
+from loadgen.emulator.launch import EmulatorThread
+from loadgen.results import analysis
+from loadgen.servers.telemetry import dcgm, meminfo
+from loadgen.servers.telemetry.nvml import NvmlReader
+from loadgen.servers.telemetry.readings import GpuReading, TelemetryUnavailable, decode_reasons
+from loadgen.servers.telemetry.source import TelemetrySource
+
+SCALE = 10.0   # the emulator runs the modelled GB10 ten times faster
+BODY = {"text": "def f(x):\n    return x\n", "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
+
+
+def read(url: str) -> GpuReading:
+    async def once() -> GpuReading:
+        reader = dcgm.DcgmReader(f"{url}/emulator/dcgm/metrics", None)
+        try:
+            await reader.open()
+            return (await reader.read())[0]
+        finally:
+            await reader.close()
+    return asyncio.run(once())
+
+
+def loaded(emu: EmulatorThread, streams: int = 4) -> list[threading.Thread]:
+    """`streams` requests of 400 tokens in flight (each its own thread); join them to wait."""
+    threads = [threading.Thread(target=request, args=(emu.port, "POST", "/generate", BODY)) for _ in range(streams)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def under_load(*flags: str) -> tuple[GpuReading, GpuReading, float, int]:
+    """Two readings 1 s apart while 4 streams decode; the wall seconds between them; tokens generated in them."""
+    with EmulatorThread(["--speculative-algorithm", "NEXTN", "--time-scale", str(SCALE), *flags]) as emu:
+        threads = loaded(emu)
+        time.sleep(0.5)
+        t0, tokens0, first = time.monotonic(), emu.call(lambda: emu.emu.engine.counters.generation_tokens_total), \
+            read(emu.url)
+        time.sleep(1.0)
+        t1, tokens1, second = time.monotonic(), emu.call(lambda: emu.emu.engine.counters.generation_tokens_total), \
+            read(emu.url)
+        for t in threads:
+            t.join()
+        return first, second, t1 - t0, tokens1 - tokens0
+
+
+def test_the_modelled_gpu_under_load_healthy_and_in_degraded_power():
+    first, healthy, wall_s, tokens = under_load()
+    _, degraded, _, slow_tokens = under_load("--fault", "degraded-power", "--degraded-power-factor", "3")
+    # full clock and no reason while it works; the trap: a third of the clock, the software power cap
+    assert (healthy.sm_clock_mhz, healthy.sm_clock_max_mhz, healthy.clock_reasons) == (2405, 2405, [])
+    assert (degraded.sm_clock_mhz, degraded.clock_reasons) == (round(2405 / 3), ["sw_power_cap"])
+    assert degraded.power_w == pytest.approx(140 / 3, rel=0.05)   # capped at max / factor (mean of the last second)
+    assert 140 / 3 + 1 < healthy.power_w <= 140
+    # busy most of the second (not all of it on a loaded machine: the emulator's loop then lags between forwards)
+    assert healthy.utilization_pct > 50 and healthy.gpu_uuid.startswith("GPU-")
+    # a third of the speed (the same work, one request after another: tokens in the same wall second)
+    assert slow_tokens / tokens == pytest.approx(1 / 3, rel=0.25)
+    # the energy counter counts modelled time: it grows power x wall x time scale (the power is steady)
+    assert healthy.energy_j > first.energy_j
+    assert (healthy.energy_j - first.energy_j) / (wall_s * SCALE) == pytest.approx(healthy.power_w, rel=0.1)
+    assert degraded.power_violation_s > 0 and healthy.power_violation_s == 0
+
+
+def test_an_idle_modelled_gpu_says_idle_and_its_counter_grows_at_idle_power():
+    with EmulatorThread(["--time-scale", str(SCALE)]) as emu:
+        a = read(emu.url)
+        time.sleep(0.5)
+        b = read(emu.url)
+    assert (b.sm_clock_mhz, b.power_w, b.clock_reasons, b.utilization_pct) == (208, 15.0, ["idle"], 0)
+    assert b.energy_j - a.energy_j == pytest.approx(15.0 * 0.5 * SCALE, rel=0.2)
+
+
+def test_a_hardware_profile_without_a_gpu_serves_no_exporter():
+    with EmulatorThread(["--hardware", "zero"]) as emu:
+        assert request(emu.port, "GET", "/emulator/dcgm/metrics")[0] == 404
+        with pytest.raises(TelemetryUnavailable, match="answered HTTP 404"):
+            read(emu.url)
+
+
+LABELS = 'pci_bus_id="00000000:0D:00.0",device="nvidia{0}",modelName="NVIDIA H200",Hostname="n1",' \
+         'DCGM_FI_DRIVER_VERSION="580.126.09"'
+EXPORTER_PAGE = """\
+# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).
+# TYPE DCGM_FI_DEV_SM_CLOCK gauge
+""" + "".join(f'DCGM_FI_DEV_SM_CLOCK{{gpu="{g}",UUID="GPU-{u}",{LABELS.format(g)}}} {mhz}\n'
+              for g, u, mhz in ((0, "aaa", 1980), (1, "bbb", 345))) + """\
+# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-aaa"} 612.5
+DCGM_FI_DEV_POWER_USAGE{gpu="1",UUID="GPU-bbb"} 75.25
+# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).
+# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-aaa"} 123456789
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="1",UUID="GPU-bbb"} 5000
+# HELP DCGM_FI_DEV_CLOCK_THROTTLE_REASONS Current clock throttle reasons.
+# TYPE DCGM_FI_DEV_CLOCK_THROTTLE_REASONS gauge
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="0",UUID="GPU-aaa"} 36
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="1",UUID="GPU-bbb"} 1
+# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-aaa"} 81920
+# HELP DCGM_FI_DEV_POWER_VIOLATION Throttling duration due to power constraints (in us).
+# TYPE DCGM_FI_DEV_POWER_VIOLATION counter
+DCGM_FI_DEV_POWER_VIOLATION{gpu="0",UUID="GPU-aaa"} 2500000
+"""
+
+
+def test_a_dcgm_exporter_page_maps_to_the_same_columns_as_nvml():
+    identities, readings = dcgm.parse(EXPORTER_PAGE)
+    assert [(g.index, g.uuid, g.name, g.driver_version, g.cuda_version) for g in identities] == [
+        ("0", "GPU-aaa", "NVIDIA H200", "580.126.09", None), ("1", "GPU-bbb", "NVIDIA H200", "580.126.09", None)]
+    g0 = readings[0]
+    assert (g0.sm_clock_mhz, g0.power_w, g0.energy_j) == (1980, 612.5, pytest.approx(123456.789))
+    assert (g0.clock_reasons_mask, g0.clock_reasons) == (36, ["sw_power_cap", "sw_thermal_slowdown"])
+    assert (g0.memory_used_gb, g0.memory_source) == (pytest.approx(81920 * 2**20 / 1e9), "device")
+    assert g0.power_violation_s == 2.5 and g0.thermal_violation_s is None
+    assert (readings[1].clock_reasons, readings[1].memory_used_gb) == (["idle"], None)
+    # only the GPUs that serve the target: by index or by UUID
+    assert [r.gpu for r in dcgm.parse(EXPORTER_PAGE, ("GPU-bbb",))[1]] == ["1"]
+    assert [r.gpu for r in dcgm.parse(EXPORTER_PAGE, ("0",))[1]] == ["0"]
+
+
+def test_reasons_decode_bit_by_bit():
+    assert decode_reasons(0) == []
+    assert decode_reasons(0x1 | 0x8 | 0x40 | 0x80) == ["idle", "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake"]
+    assert decode_reasons(None) is None
+
+
+def test_unified_memory_used_is_memtotal_minus_memavailable():
+    text = "MemTotal:       125000000 kB\nMemFree:         1000000 kB\nMemAvailable:   25000000 kB\n"
+    assert meminfo.used_gb(text) == pytest.approx(100_000_000 * 1024 / 1e9)
+    assert meminfo.used_gb("MemTotal: 1 kB\n") is None
+
+
+def target(**kw) -> TargetConfig:
+    return TargetConfig(**{"name": "t", "flavor": "sglang", "url": None, "emulator_args": (), "node": "n",
+                           "api_key_env": None, **kw})
+
+
+def test_each_target_reads_the_gpu_that_serves_it_and_no_other():
+    exporter = "http://10.0.0.11:9400/metrics"
+    named = choose_source(target(telemetry=exporter, telemetry_gpus=("1",)), "http://10.0.0.11:30000", {}, False,
+                          None)
+    assert named == TelemetrySource("dcgm", exporter, ("1",))
+    assert choose_source(target(), "http://127.0.0.1:5000", {"emulated": True}, True, "0") == TelemetrySource(
+        "dcgm", "http://127.0.0.1:5000/emulator/dcgm/metrics", None)
+    # a fleet node samples itself: the GPUs Ray gave its server actor
+    assert choose_source(target(), "http://127.0.0.1:30000", {}, True, "2,3") == TelemetrySource("nvml", None,
+                                                                                                ("2", "3"))
+    assert choose_source(target(), "http://localhost:30000", {}, False, None).kind == "nvml"
+    why = choose_source(target(), "http://10.0.0.11:30000", {}, False, None)
+    assert isinstance(why, str) and "not on this machine" in why and "telemetry =" in why
+
+
+def test_nvml_reads_this_nodes_gpu():
+    reader = NvmlReader(None)
+    try:
+        gpus = reader.open()
+    except TelemetryUnavailable as exc:
+        pytest.skip(f"no NVIDIA GPU here ({exc}); tests/gpu/nvml_check.py checks NVML on a real GPU")
+    try:
+        reading = reader.read()[0]
+        assert gpus[0].name and gpus[0].driver_version and reading.sm_clock_mhz > 0
+        assert reading.power_w > 0 and reading.energy_j > 0 and reading.clock_reasons is not None
+    finally:
+        reader.close()
+
+
+@pytest.fixture(scope="module")
+def sampled_run(ray_local, emulator_factory, tmp_path_factory):
+    results = tmp_path_factory.mktemp("gpu")
+    with emulator_factory("--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", "5") as url:
+        exp = parse_experiment({"run": {"name": "gpu"}, "load": {"concurrency": [2, 4], "warmup_s": 0.5,
+                                                                 "measure_s": 2.5, "drain_timeout_s": 20.0},
+                                "prompts": {"max_new_tokens": 64}, "targets": [{"name": "emu", "url": url}]},
+                               Path("."))
+        lines: list[str] = []
+        outcome = run_experiment(exp, str(results), log=lines.append)
+    return outcome, analysis.open_results(outcome.results_dir, [outcome.run_id]), lines
+
+
+def test_the_sampler_marks_every_step_and_samples_once_a_second_between(sampled_run):
+    outcome, con, lines = sampled_run
+    assert outcome.status == "complete", outcome.reason
+    assert any(line.startswith("target emu: GPU telemetry from every GPU of the DCGM exporter") for line in lines)
+    marks = con.execute("SELECT step_id, moment, count(*) FROM gpu_samples WHERE moment <> 'during' "
+                        "GROUP BY ALL ORDER BY ALL").fetchall()
+    assert marks == [(0, "step_end", 1), (0, "step_start", 1), (1, "step_end", 1), (1, "step_start", 1)]
+    gaps = [g for (g,) in con.execute(
+        "SELECT (t_ns - lag(t_ns) OVER (ORDER BY t_ns)) / 1e9 FROM gpu_samples WHERE moment = 'during'").fetchall()
+        if g is not None]
+    assert len(gaps) >= 5 and 0.8 < sorted(gaps)[len(gaps) // 2] < 1.2   # once a second
+    [(name, host)] = con.execute("SELECT DISTINCT hardware ->> '$.gpus[0].name', hardware ->> 'host' "
+                                 "FROM steps").fetchall()
+    assert name == "NVIDIA GB10" and host
+
+
+def test_gpu_by_step_and_energy_on_a_real_run(sampled_run):
+    outcome, con, _ = sampled_run
+    rows = analysis.run_query(con, "gpu_by_step").to_pylist()
+    assert [r["concurrency"] for r in rows] == [2, 4]
+    for r in rows:
+        assert r["sm_clock_median_mhz"] == 2405 and r["throttled_pct"] == 0 and r["energy_method"] == "counter"
+        assert 15 < r["power_p50_w"] <= 140 and r["energy_j"] > 0
+        # the window's energy at the window's mean power: modelled seconds = wall x time scale (5)
+        assert r["energy_j"] / (r["window_s"] * 5) == pytest.approx(r["power_p50_w"], rel=0.35)
+    energy = analysis.run_query(con, "energy").to_pylist()
+    assert [r["concurrency"] for r in energy] == [2, 4] and all(r["tok_per_j"] > 0 for r in energy)
+    assert analysis.run_query(con, "confounders").to_pylist() == []   # one target: no peer to compare
