@@ -63,4 +63,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.time_scale <= 0:
         build_parser().error(f"--time-scale must be > 0, got {args.time_scale}")
+    if args.fault_keepalive_requests is not None and args.fault_keepalive_requests < 1:
+        build_parser().error(f"--fault-keepalive-requests must be >= 1, got {args.fault_keepalive_requests}")
     return args

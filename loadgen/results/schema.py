@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
+SCHEMA_VERSION = 6  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
                     # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
-                    # 5: requests.prompt_tokens_target
+                    # 5: requests.prompt_tokens_target; 6: requests.resent
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -106,6 +106,8 @@ REQUESTS = pa.schema([
     ("status", pa.string()),
     ("http_status", pa.int32()),
     ("error", pa.string()),
+    ("resent", pa.bool_()),             # sent again on a new connection: its kept-alive one was closed before any
+                                        # response byte (the server never read it); t_sent_ns is the resend's
 ])
 
 FRAMES = pa.schema([
