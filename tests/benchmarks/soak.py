@@ -3,7 +3,8 @@
 the driver's descendants by their Ray process titles), then from the results frames/s, requests/s, failures,
 resends and the client_health figures (loop lag, socket read delay, worker CPU, in flight) per 10 s.
 
-Checks, after the first 5 minutes (a third of the run when it is shorter than 15 minutes):
+The samples taken while steps ran count (not Ray's start-up before, nor the driver's summary after). Checks, after
+the first 5 minutes of load (a third of the run when it is shorter than 15 minutes):
 - RSS growth under 5% for every process (the median of its last 3 samples against the median of 3 samples at
   the settle point);
 - no descriptor growth (no process's most in the last third above its most in the first third after settling,
@@ -59,7 +60,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     p.add_argument("--time-scale", type=float, default=10.0,
-                   help="the emulator's speed (10: ~4-5k frames/s at C=256 with NEXTN)")
+                   help="the emulator runs the modelled GB10 this many times faster")
     p.add_argument("--search", action="store_true", help="capacity searches back to back instead of one step")
     p.add_argument("--out", type=Path, required=True, help="folder for the results, the log, soak.png, soak.json")
     return p.parse_args()
@@ -86,7 +87,7 @@ def experiment(args: argparse.Namespace, url: str) -> str:
         [[targets]]
         name = "emu"
         url = "{url}"
-        """) + ('[slo]\nttft_p90_s = 2.0\n' if args.search else "")
+        """) + ('[slo]\nttft_ms = 2000\n' if args.search else "")
 
 
 def driver_command(args: argparse.Namespace, config: Path, results: Path) -> list[str]:
@@ -106,8 +107,9 @@ def driver_command(args: argparse.Namespace, config: Path, results: Path) -> lis
 
 
 def processes(driver: psutil.Process) -> dict[str, psutil.Process]:
-    """The driver, its load workers (worker0, worker1, ... by pid order) and the sink."""
-    found: dict[str, list[psutil.Process]] = {"worker": [], "sink": []}
+    """The driver, its load workers and its sinks, named by role and pid (`worker-1234`): a restarted worker, or
+    the next search's actors, are other processes."""
+    out = {"driver": driver}
     for child in driver.children(recursive=True):
         try:
             title = " ".join(child.cmdline())
@@ -115,10 +117,7 @@ def processes(driver: psutil.Process) -> dict[str, psutil.Process]:
             continue
         for prefix, role in ROLES.items():
             if title.startswith(prefix):
-                found[role].append(child)
-    out = {"driver": driver}
-    out.update({f"worker{k}": p for k, p in enumerate(sorted(found["worker"], key=lambda p: p.pid))})
-    out.update({f"sink{k}" if k else "sink": p for k, p in enumerate(found["sink"])})
+                out[f"{role}-{child.pid}"] = child
     return out
 
 
@@ -241,15 +240,18 @@ def print_table(samples: list[dict], intervals: list[dict]) -> None:
     """One line per sample (at most ~40: every k-th), the interval figures of the 10 s after it."""
     t0 = samples[0]["t_ns"]
     workers = sorted({n for s in samples for n in s["rss_mib"] if n.startswith("worker")})
+    sinks = sorted({n for s in samples for n in s["rss_mib"] if n.startswith("sink")})
     print(f"{'t min':>6} {'driver':>7} {'workers RSS MiB':>16} {'sink':>6} {'fds d/w/s':>12} {'frames/s':>9} "
           f"{'ok/s':>6} {'fail':>5} {'resent':>6} {'lag99':>6} {'read99':>6} {'cpu90':>6} {'inflt':>6}")
     for i in range(0, len(samples), max(1, math.ceil(len(samples) / 40))):
         s, iv = samples[i], intervals[i] if i < len(intervals) else {}
         w_rss = [s["rss_mib"][w] for w in workers if w in s["rss_mib"]]
-        fds = f"{s['fds'].get('driver', 0)}/{sum(s['fds'].get(w, 0) for w in workers)}/{s['fds'].get('sink', 0)}"
+        sink_rss = sum(s["rss_mib"].get(n, 0) for n in sinks)
+        fds = (f"{s['fds'].get('driver', 0)}/{sum(s['fds'].get(w, 0) for w in workers)}/"
+               f"{sum(s['fds'].get(n, 0) for n in sinks)}")
         ok_s = iv["ok"] / SAMPLE_S if iv.get("ok") is not None else None
         print(f"{(s['t_ns'] - t0) / 60e9:6.1f} {s['rss_mib'].get('driver', 0):7.0f} "
-              f"{f'{min(w_rss):.0f}-{max(w_rss):.0f}' if w_rss else '-':>16} {s['rss_mib'].get('sink', 0):6.0f} "
+              f"{f'{min(w_rss):.0f}-{max(w_rss):.0f}' if w_rss else '-':>16} {sink_rss:6.0f} "
               f"{fds:>12} {_cell(iv.get('frames_s'), '.0f'):>9} {_cell(ok_s, '.1f'):>6} "
               f"{_cell(iv.get('failed'), 'd'):>5} {_cell(iv.get('resent'), 'd'):>6} "
               f"{_cell(iv.get('lag_p99'), '.1f'):>6} {_cell(iv.get('read_p99'), '.1f'):>6} "
@@ -286,16 +288,27 @@ def plot(samples: list[dict], intervals: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
+def under_load(samples: list[dict], results: Path) -> list[dict]:
+    """The samples taken while steps ran (from the first step's start to the last one's end): Ray's start-up
+    before and the driver's summary after are not the soak."""
+    con = analysis.open_results(results)
+    start, end = con.execute("SELECT min(t_start_ns), max(t_end_ns) FROM steps").fetchone()
+    return [s for s in samples if start <= s["t_ns"] <= end]
+
+
 def main() -> None:
     args = parse()
     samples, served, statuses, results = run(args)
+    samples = under_load(samples, results)
     duration_s = (samples[-1]["t_ns"] - samples[0]["t_ns"]) / 1e9
     intervals = per_interval(results, samples[0]["t_ns"], len(samples))
     print_table(samples, intervals)
     rows = row_checks(results, served)
     growth = growth_checks(samples, min(300.0, duration_s / 3))
     plot(samples, intervals, args.out / "soak.png")
-    summary = {"duration_s": round(duration_s), "rows": rows, "emulator_statuses": dict(statuses), **growth}
+    alive = [sum(n != "driver" for n in s["rss_mib"]) for s in samples]
+    summary = {"duration_s": round(duration_s), "rows": rows, "emulator_statuses": dict(statuses),
+               "workers_and_sinks_alive": [min(alive), max(alive)], **growth}
     (args.out / "soak.json").write_text(json.dumps(summary, indent=2))
     failures = [f"RSS of {n} grew {g['growth_pct']}%" for n, g in growth["rss"].items() if not g["ok"]]
     failures += [f"descriptors of {n}: {g['first_third_max']} -> {g['last_third_max']}"
@@ -305,6 +318,8 @@ def main() -> None:
                  if s != "cancelled"]
     if "error" in growth:
         failures.append(growth["error"])
+    if not args.search and max(alive) > args.workers + 1:
+        failures.append(f"{max(alive)} worker and sink processes alive at once (expected {args.workers + 1})")
     print(f"\n{rows['rows']} rows, {rows['served']} served by the emulator, {rows['resent']} resent; "
           f"lost {rows['lost']}, duplicated rows {rows['duplicated_rows']}, served twice {rows['served_twice']}; "
           f"statuses {rows['statuses']}")
