@@ -352,6 +352,7 @@ async def stream_request(endpoint: Endpoint, adapter: Adapter, state: StreamStat
         exchange = await _attempt(endpoint, adapter, state, request, registry, reads, endpoint.kept())
         if exchange.unread and state.status is None:  # not cut meanwhile
             state.resent = True
+            state.t_sent_ns = None   # the resend's, once sent: a request never read has no send time
             exchange = await _attempt(endpoint, adapter, state, request, registry, reads, None)
     finally:
         registry.pop(state.request_id, None)
