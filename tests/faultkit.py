@@ -15,8 +15,14 @@ EMU = ("--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", 
 
 def truth(url: str) -> list[dict]:
     """Every request the emulator received, with the fault it injected (`fault`: null or a record)."""
+    return ledger(url)["requests"]
+
+
+def ledger(url: str) -> dict:
+    """The emulator's /emulator/requests: `requests` (as `truth`) and `keepalive_closed` (the requests it closed
+    unanswered under --fault-keepalive-requests)."""
     with urllib.request.urlopen(f"{url}/emulator/requests", timeout=10) as resp:
-        return json.load(resp)["requests"]
+        return json.load(resp)
 
 
 def run(url: str, results: Path, log: list[str] | None = None, concurrency=(8,), requests: int = 40,

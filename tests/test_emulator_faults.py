@@ -182,3 +182,61 @@ def test_a_fault_due_after_the_request_finished_does_not_claim_an_abort_or_a_cut
         fault = Fault(kind, 3)
         asyncio.run(_apply(None, None, req, None, None, fault))  # nothing of the connection is touched
         assert not fault.applied and req.finish_reason["type"] == "length"
+
+
+def _send(s: socket.socket, path: str = "/generate", body: dict = BODY) -> None:
+    data = orjson.dumps(body)
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}"
+              "\r\n\r\n".encode() + data)
+
+
+def _read_response(s: socket.socket) -> tuple[bytes, str]:
+    """One whole chunked response on a kept-alive connection ('complete'), or what arrived before it ended
+    ('eof' / 'reset')."""
+    out = b""
+    try:
+        while not out.endswith(b"\r\n0\r\n\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                return out, "eof"
+            out += chunk
+    except ConnectionResetError:
+        return out, "reset"
+    return out, "complete"
+
+
+def test_keepalive_limit_closes_the_next_request_unanswered_and_counts_it():
+    """--fault-keepalive-requests 2: a connection answers two generation requests, keeping itself alive (no
+    `Connection: close`), and the third is closed as it arrives, without a byte: not in the ledger, counted in
+    keepalive_closed. Control routes are not limited, and a new connection starts again at zero."""
+    for mode, ended in (("fin", "eof"), ("rst", "reset")):
+        with EmulatorThread(["--hardware", "zero", "--fault-keepalive-requests", "2",
+                             "--fault-close-mode", mode]) as emu:
+            s = socket.create_connection(("127.0.0.1", emu.port), timeout=10)
+            answers = []
+            for _ in range(2):
+                _send(s)
+                answers.append(_read_response(s))
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            health = s.recv(65536)
+            _send(s)
+            dropped = _read_response(s)
+            s.close()
+            again = raw_stream(emu.port)   # a new connection
+            status, _, body = request(emu.port, "GET", "/emulator/requests")
+        assert [how for _, how in answers] == ["complete"] * 2 and health.startswith(b"HTTP/1.1 200")
+        assert all(b"connection: close" not in raw.lower() for raw, _ in answers)
+        assert dropped == (b"", ended) and dechunk(again[0])[1]
+        truth_now = orjson.loads(body)
+        assert len(truth_now["requests"]) == 3 and truth_now["keepalive_closed"] == 1
+        assert {r["status"] for r in truth_now["requests"]} == {"finished"}
+
+
+def test_reset_answers_the_finished_records_it_clears():
+    with EmulatorThread(["--hardware", "zero"]) as emu:
+        for _ in range(3):
+            raw_stream(emu.port)
+        taken = orjson.loads(request(emu.port, "POST", "/emulator/reset")[2])
+        left = orjson.loads(request(emu.port, "GET", "/emulator/requests")[2])
+    assert taken["ok"] and len(taken["requests"]) == 3 and {r["status"] for r in taken["requests"]} == {"finished"}
+    assert left["requests"] == [] and left["keepalive_closed"] == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+import struct
 import sys
 import threading
 import time
@@ -19,6 +20,7 @@ import pytest
 from loadgen.client.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
 from loadgen.client.protocol.base import FrameBuffer, SamplingSpec, StreamState
 from loadgen.client.protocol.sglang_native import SglangNativeAdapter
+from loadgen.clock import now_ns
 from loadgen.prompts import Prompt
 
 PROMPT = Prompt("p", "code", "t", text="hello")
@@ -329,3 +331,83 @@ def test_a_reader_that_fails_is_dropped_and_the_other_sockets_are_still_read():
     assert isinstance(errors[0]["exception"], RuntimeError)
     for sock in (a_in, a_out, b_in, b_out):
         sock.close()
+
+
+def dropping(keep: int, fresh_too: bool = False, rst: bool = False, mid_stream: bool = False
+             ) -> tuple[Callable[[socket.socket, int], bool], list[int]]:
+    """A server whose connections answer `keep` requests each (keep-alive advertised) and then close on the next
+    one: unanswered (FIN, or a reset with `rst`), or after the headers and one frame with `mid_stream`. With
+    `fresh_too` the first request of a connection is dropped as well. Returns it and the `now_ns` of each drop."""
+    drops: list[int] = []
+    answered: dict[int, int] = {}
+
+    def respond(conn: socket.socket, index: int) -> bool:
+        n = answered.get(conn.fileno(), 0)
+        if n < keep and not (fresh_too and drops):
+            answered[conn.fileno()] = n + 1
+            return simple()(conn, index)
+        drops.append(now_ns())
+        if mid_stream:
+            conn.sendall(HEAD % b"" + token_frame(1, False))
+        elif rst:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        answered.pop(conn.fileno(), None)
+        return False
+
+    return respond, drops
+
+
+@pytest.mark.parametrize("rst", [False, True], ids=["fin", "rst"])
+def test_a_kept_alive_connection_closed_unread_is_resent_once_on_a_new_one(frames, rst):
+    """The server answers one request per connection and closes the next as it arrives (the kept-alive race,
+    forced): every request after the first goes out twice, the second time on a new connection, and is ok;
+    its t_sent_ns is the resend's, after the server dropped the first attempt."""
+    respond, drops = dropping(keep=1, rst=rst)
+    server = Server(respond)
+
+    async def main() -> list[StreamState]:
+        endpoint = Endpoint(server.url)
+        states = [await run(endpoint, frames, f"r{i}") for i in range(4)]
+        endpoint.close_idle()
+        return states
+
+    states = asyncio.run(main())
+    assert [(s.status, s.resent) for s in states] == [("ok", False)] + [("ok", True)] * 3
+    assert (server.requests, server.connections, len(drops)) == (7, 4, 3)
+    assert all(s.t_sent_ns > dropped for s, dropped in zip(states[1:], drops))   # measured from the resend
+    assert frames.cum_tokens == [1, 2] * 4   # nothing recorded from the dropped attempts
+
+
+def test_a_failure_after_the_first_response_byte_is_not_resent(frames):
+    respond, drops = dropping(keep=1, mid_stream=True)
+    server = Server(respond)
+
+    async def main() -> list[StreamState]:
+        endpoint = Endpoint(server.url)
+        return [await run(endpoint, frames, f"r{i}") for i in range(2)]
+
+    first, second = asyncio.run(main())
+    assert (first.status, second.status, second.resent) == ("ok", "stream_broken", False)
+    assert "mid-stream" in (second.error or "") and (server.requests, server.connections) == (2, 1)
+
+
+def test_a_new_connection_closed_before_a_response_is_a_failure_not_resent(frames):
+    respond, drops = dropping(keep=0)
+    server = Server(respond)
+    state = asyncio.run(run(Endpoint(server.url), frames))
+    assert (state.status, state.resent) == ("stream_broken", False) and "before a response" in (state.error or "")
+    assert (server.requests, server.connections) == (1, 1)
+
+
+def test_a_resend_that_fails_again_is_a_failure_and_there_is_no_third_send(frames):
+    respond, drops = dropping(keep=1, fresh_too=True)   # after the first drop, every request is dropped
+    server = Server(respond)
+
+    async def main() -> list[StreamState]:
+        endpoint = Endpoint(server.url)
+        return [await run(endpoint, frames, f"r{i}") for i in range(2)]
+
+    first, second = asyncio.run(main())
+    assert first.status == "ok" and (second.status, second.resent) == ("stream_broken", True)
+    assert "resent on a fresh connection" in (second.error or "")
+    assert (server.requests, server.connections) == (3, 2)

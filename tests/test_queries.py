@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from loadgen.results.analysis import open_results, run_query
@@ -216,7 +217,10 @@ def test_client_health_verdict_per_step(tmp_path):
     r.request("r", 4, "t", "b", sent_ms=40_000, frames=[(40_100, 1), (40_200, 1), (40_200, 1), (40_200, 1)])
     r.request("r", 4, "t", "c", sent_ms=40_000, frames=[(40_100, 1), (40_100, 1)], status="timeout")  # not ok
     r.request("r", 5, "t", "d", sent_ms=50_000, frames=[(50_100, 1), (50_100.001, 1)])
+    r.request("r", 5, "t", "e", sent_ms=50_000, frames=[(50_100, 1)], resent=True)   # after the kept-alive race
+    r.request("r", 5, "t", "f", sent_ms=50_000, frames=[(50_100, 1)], resent=False, phase="drain")
     rows = {x["step_id"]: x for x in query(r.write(tmp_path), "client_health")}
+    assert [rows[k]["resent"] for k in (1, 4, 5)] == [0, 0, 1]
     assert rows[1]["verdict"] == "ok" and rows[1]["distorted"] is False and rows[1]["in_flight_share"] == 1.0
     assert rows[1]["read_together_pct"] is None                       # no frames
     assert rows[4]["read_together_pct"] == round(100 * 3 / 7, 2)      # 3 of 7 gaps are 0 (a: 1 of 4, b: 2 of 3)
@@ -291,3 +295,25 @@ def test_results_of_an_older_schema_without_a_newer_column_still_query(tmp_path)
     newer = root / "client_samples" / "run_id=v2" / "part-0-0.parquet"
     pq.write_table(pq.read_table(newer).drop_columns(["read_delay_max_ms"]), newer)   # only schema-1 files left
     assert {x["run_id"]: x["verdict"] for x in query(root, "client_health")} == {"v1": "ok", "v2": "ok"}
+
+
+@pytest.mark.parametrize("runs", [("old", "new"), ("new", "old"), ("old",)])
+def test_resent_reads_null_in_schema_5_folders_and_client_health_still_counts(tmp_path, runs):
+    """Schema 6 added requests.resent: a folder holding a schema-5 run (its file has no such column) queries,
+    with NULL for the old rows, whichever file comes first."""
+    r = Results()
+    for run_id in runs:
+        r.run(run_id, schema_version=5 if run_id == "old" else 6)
+        r.step(run_id, 0, "t")
+        r.client_sample(run_id, 0, t_ms=1500)
+        r.request(run_id, 0, "t", f"{run_id}-a", sent_ms=1100, frames=[(1200, 1)],
+                  **({"resent": True} if run_id == "new" else {}))
+    r.write(tmp_path)
+    if "old" in runs:
+        path = tmp_path / "requests" / "run_id=old" / "part-0-0.parquet"
+        pq.write_table(pq.read_table(path).drop_columns(["resent"]), path)
+    con = open_results(tmp_path)
+    want = {"old": None, "new": True} if "new" in runs else {"old": None}
+    assert dict(con.execute("SELECT run_id, resent FROM requests").fetchall()) == want
+    health = {row["run_id"]: row["resent"] for row in query(tmp_path, "client_health")}
+    assert health == ({"old": 0, "new": 1} if "new" in runs else {"old": 0})

@@ -14,6 +14,13 @@ share its timestamp. Where the kernel gives no stamp, the read is dated when it 
 Connections are kept alive between the requests of one worker (as aiohttp's pool does), for at most
 `KEEP_IDLE_S` idle: a TCP connect and close on loopback cost ~50 us of kernel time each, and with equal-length
 requests 256 streams end and restart together, so per-request set-up stalled the reads of every other stream.
+
+A kept-alive connection can be closed by the server just as a request goes out on it (an idle timeout, a
+per-connection request limit; llama-server closes after every streamed response without saying so), and the
+server never reads that request. Only in that case (a reused connection, closed or reset before a single byte
+of the response arrived) the request is sent again, once, on a fresh connection, and its row says so
+(`resent`); its `t_sent_ns` is the resend, the send the server read, so TTFT is measured from it. Any failure
+after the first response byte, or on a fresh connection, stays a failure (docs/client.md).
 """
 
 from __future__ import annotations
@@ -130,14 +137,18 @@ class Endpoint:
         return b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
             path.encode(), self._head, len(body), body)
 
-    async def connect(self) -> socket.socket:
-        """A connected non-blocking socket with receive timestamps on: a kept-alive one if one is fresh and
-        still open, else a new connection (the address is resolved once per endpoint)."""
+    def kept(self) -> socket.socket | None:
+        """A kept-alive connection that is fresh and still open, or None (stale ones are closed)."""
         while self._idle:
             sock, since = self._idle.pop()
             if time.monotonic() - since < KEEP_IDLE_S and _still_open(sock):
                 return sock
             sock.close()
+        return None
+
+    async def open(self) -> socket.socket:
+        """A new connected non-blocking socket with receive timestamps on (the address is resolved once per
+        endpoint)."""
         loop = asyncio.get_running_loop()
         family: socket.AddressFamily
         if self._address is None:
@@ -184,8 +195,10 @@ class StreamExchange:
     """Feeds one response into an adapter; resolves `done` when the exchange is over, however it ended."""
 
     def __init__(self, state: StreamState, adapter: Adapter, request: bytes, reads: ReadLoop,
-                 endpoint: Endpoint) -> None:
+                 endpoint: Endpoint, reused: bool = False) -> None:
         self.state = state
+        self.reused = reused    # on a kept-alive connection: one closed before any response byte is resent
+        self.unread = False     # it was: the server closed it without reading the request
         self.endpoint = endpoint  # where a cleanly finished connection goes back
         self.adapter = adapter
         self.request = request
@@ -263,8 +276,11 @@ class StreamExchange:
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.complete:
-            if self.state.t_headers_ns is None and self.status_code == 0:
-                self.state.fail("stream_broken", f"connection closed before a response: {exc or 'EOF'}")
+            if self.reused and not self.t_read and self.state.status is None:
+                self.unread = True  # not a failure: stream_request sends it again on a fresh connection
+            elif self.state.t_headers_ns is None and self.status_code == 0:
+                again = " (resent on a fresh connection: the kept-alive one had closed)" if self.state.resent else ""
+                self.state.fail("stream_broken", f"connection closed before a response: {exc or 'EOF'}{again}")
             elif self.status_code == 200:
                 self.state.fail("stream_broken", f"connection closed mid-stream: {exc or 'EOF'}")
             else:
@@ -327,15 +343,36 @@ class StreamExchange:
 
 async def stream_request(endpoint: Endpoint, adapter: Adapter, state: StreamState, body: bytes,
                          registry: dict[str, StreamExchange], reads: ReadLoop) -> None:
-    """Run one request to its end. `registry` lets the worker's watchdog cut stalled or leftover streams."""
-    exchange = StreamExchange(state, adapter, endpoint.request_bytes(adapter.path, body), reads, endpoint)
+    """Run one request to its end. `registry` lets the worker's watchdog cut stalled or leftover streams. A
+    kept-alive connection the server closed without reading the request: sent again once, on a new connection
+    (module docstring)."""
+    request = endpoint.request_bytes(adapter.path, body)
+    exchange: StreamExchange | None = None
+    try:
+        exchange = await _attempt(endpoint, adapter, state, request, registry, reads, endpoint.kept())
+        if exchange.unread and state.status is None:  # not cut meanwhile
+            state.resent = True
+            state.t_sent_ns = None   # the resend's, once sent: a request never read has no send time
+            exchange = await _attempt(endpoint, adapter, state, request, registry, reads, None)
+    finally:
+        registry.pop(state.request_id, None)
+        # a complete response ends when its last bytes arrived
+        state.close(exchange.t_complete if exchange is not None and exchange.t_complete else now_ns())
+
+
+async def _attempt(endpoint: Endpoint, adapter: Adapter, state: StreamState, request: bytes,
+                   registry: dict[str, StreamExchange], reads: ReadLoop, sock: socket.socket | None
+                   ) -> StreamExchange:
+    """Send the request on `sock` (kept alive) or on a new connection (None) and read the exchange to its end."""
+    exchange = StreamExchange(state, adapter, request, reads, endpoint, reused=sock is not None)
     registry[state.request_id] = exchange
     try:
-        try:
-            sock = await endpoint.connect()
-        except OSError as exc:
-            state.fail("client_error", f"cannot connect to {endpoint.host}:{endpoint.port}: {exc}")
-            return
+        if sock is None:
+            try:
+                sock = await endpoint.open()
+            except OSError as exc:
+                state.fail("client_error", f"cannot connect to {endpoint.host}:{endpoint.port}: {exc}")
+                return exchange
         try:
             await exchange.run(sock)
         except OSError as exc:  # the request could not be sent
@@ -343,5 +380,4 @@ async def stream_request(endpoint: Endpoint, adapter: Adapter, state: StreamStat
                 exchange.connection_lost(exc)
     finally:
         exchange.finish()
-        registry.pop(state.request_id, None)
-        state.close(exchange.t_complete or now_ns())  # a complete response ends when its last bytes arrived
+    return exchange

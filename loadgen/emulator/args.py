@@ -65,4 +65,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         build_parser().error(f"--time-scale must be > 0, got {args.time_scale}")
     if args.degraded_power_factor < 1:
         build_parser().error(f"--degraded-power-factor must be >= 1, got {args.degraded_power_factor}")
+    if args.fault_keepalive_requests is not None and args.fault_keepalive_requests < 1:
+        build_parser().error(f"--fault-keepalive-requests must be >= 1, got {args.fault_keepalive_requests}")
     return args

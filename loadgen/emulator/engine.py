@@ -226,8 +226,11 @@ class Engine:
         if self.observer is not None:
             self.observer.on_abort(req)
 
-    def reset_ledger(self) -> None:
+    def reset_ledger(self) -> list[EmuRequest]:
+        """Forget the finished requests; returns them."""
+        done = [r for r in self.ledger if r.done]
         self.ledger = [r for r in self.ledger if not r.done]
+        return done
 
     def flush(self) -> None:
         """/flush_cache: reset the speculative counters (lifetime averages start again)."""

@@ -4,11 +4,14 @@ shared/clientbench/README.md "Fault injection"), plus --fault-slow-first-token-m
 A fraction --fault-rate of the requests (seeded by --fault-seed; the first --fault-skip requests are spared)
 gets one of the enabled fault types at random. Every ground-truth record then carries `fault`:
 null or {"type", "at", "applied", ...}, so a client's error accounting can be checked against the truth.
+
+--fault-keepalive-requests is a connection fault instead, on every connection (see KeepAliveLimit).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 from dataclasses import dataclass, field
 
@@ -21,7 +24,8 @@ def add_fault_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fault-frame", type=int, default=-1, help="K: the token frame a fault hits (default: middle)")
     g.add_argument("--fault-close-after", type=int, default=None, metavar="N",
                    help="close the TCP connection after N token frames")
-    g.add_argument("--fault-close-mode", choices=("fin", "rst"), default="fin")
+    g.add_argument("--fault-close-mode", choices=("fin", "rst"), default="fin",
+                   help="how --fault-close-after and --fault-keepalive-requests close")
     g.add_argument("--fault-http", type=int, default=0, metavar="STATUS",
                    help="answer at once with STATUS and SGLang's error body")
     g.add_argument("--fault-stall-ms", type=float, default=0.0, metavar="MS",
@@ -39,6 +43,8 @@ def add_fault_args(p: argparse.ArgumentParser) -> None:
                         "loadgen/emulator/gpu.py)")
     g.add_argument("--degraded-power-factor", type=float, default=3.0, metavar="F",
                    help="degraded-power: divide the SM clock and the speed by F (default 3: 2,405 -> 802 MHz)")
+    g.add_argument("--fault-keepalive-requests", type=int, default=None, metavar="N",
+                   help="a connection answers N generation requests; the next one on it is closed unanswered")
 
 
 @dataclass(slots=True)
@@ -91,3 +97,35 @@ class FaultPicker:
         if kind == "abort":
             info = {"status": a.fault_abort_status}
         return Fault(kind, at, info=info)
+
+
+class KeepAliveLimit:
+    """--fault-keepalive-requests N: each connection answers N generation requests (their answers keep it alive,
+    no `Connection: close`), and the next request that arrives on it is not answered: the connection is closed
+    (--fault-close-mode) as it arrives. A client meets this when a server closes a kept-alive connection just as
+    a request goes out on it: an idle timeout firing, a per-connection limit, or llama-server (cpp-httplib), which
+    closes after every streamed response without saying so (N = 1). Here it happens on every reuse past N, so a
+    test can count it: `closed` is the number of requests the server dropped unread this way.
+
+    Connections are told apart by their transport object (aiohttp's per-connection handler takes no attributes
+    and no weak references); entries of closed connections are pruned as the table grows."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.closed = 0
+        self.served: dict[int, tuple[asyncio.BaseTransport, int]] = {}   # id(transport) -> (it, requests answered)
+        self.prune_at = 1024
+
+    def admit(self, transport: asyncio.BaseTransport) -> bool:
+        """True: answer this request; False: close its connection unanswered (counted)."""
+        entry = self.served.get(id(transport))
+        answered = entry[1] if entry is not None else 0
+        if answered >= self.limit:
+            del self.served[id(transport)]
+            self.closed += 1
+            return False
+        self.served[id(transport)] = (transport, answered + 1)
+        if len(self.served) >= self.prune_at:
+            self.served = {k: v for k, v in self.served.items() if not v[0].is_closing()}
+            self.prune_at = max(1024, 2 * len(self.served))
+        return True

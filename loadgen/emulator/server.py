@@ -15,7 +15,7 @@ from loadgen import __version__ as loadgen_version
 from loadgen.emulator import profiles
 from loadgen.emulator.costmodel import CostModel
 from loadgen.emulator.engine import EmuRequest, Engine, QueueFull, resolve_min_free_slots
-from loadgen.emulator.faults import FaultPicker
+from loadgen.emulator.faults import FaultPicker, KeepAliveLimit
 from loadgen.emulator.gpu import GpuModel
 from loadgen.emulator.httputil import error_body, json_response
 from loadgen.emulator.metrics import Metrics, render
@@ -24,8 +24,10 @@ from loadgen.emulator.openai_routes import chat_completions, completions
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
 from loadgen.emulator.spec import SpecConfig, resolve
 from loadgen.emulator.state import EMU, emulator
+from loadgen.emulator.streaming import close_connection
 
 SGLANG_VERSION = "0.5.23"
+GENERATION_ROUTES = frozenset({"/generate", "/v1/completions", "/v1/chat/completions"})
 
 
 class Emulator:
@@ -53,6 +55,8 @@ class Emulator:
         self.gpu = (GpuModel(self.hardware, args.time_scale, degraded, f"loadgen-emulator {loadgen_version}")
                     if self.hardware.gpu_name else None)
         self.engine.gpu = self.gpu
+        limit = args.fault_keepalive_requests
+        self.keepalive = KeepAliveLimit(limit) if limit is not None else None
         self.metrics = Metrics()
         if args.enable_metrics:
             self.engine.observer = self.metrics
@@ -236,12 +240,28 @@ async def dcgm_metrics(request: web.Request) -> web.Response:
 
 
 async def emulator_requests(request: web.Request) -> web.Response:
-    return json_response({"requests": [r.record() for r in emulator(request).engine.ledger]})
+    emu = emulator(request)
+    return json_response({"requests": [r.record() for r in emu.engine.ledger],
+                          "keepalive_closed": emu.keepalive.closed if emu.keepalive else 0})
 
 
 async def emulator_reset(request: web.Request) -> web.Response:
-    emulator(request).engine.reset_ledger()
-    return json_response({"ok": True})
+    """Clear the finished requests from the ledger and answer their records (taken once: a long run can read
+    everything the server served without the ledger growing)."""
+    return json_response({"ok": True, "requests": [r.record() for r in emulator(request).engine.reset_ledger()]})
+
+
+@web.middleware
+async def keepalive_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """--fault-keepalive-requests: a generation request past its connection's limit is not answered; the
+    connection is closed as it arrives (faults.KeepAliveLimit)."""
+    limit = emulator(request).keepalive
+    if limit is None or request.path not in GENERATION_ROUTES or request.transport is None:
+        return await handler(request)
+    if limit.admit(request.transport):
+        return await handler(request)
+    close_connection(request, emulator(request).args.fault_close_mode)
+    return web.Response(status=503)   # never written: the connection is closed
 
 
 @web.middleware
@@ -259,7 +279,7 @@ async def api_key_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 
 def build_app(emu: Emulator) -> web.Application:
-    app = web.Application(middlewares=[api_key_middleware], client_max_size=64 * 1024 * 1024)
+    app = web.Application(middlewares=[keepalive_middleware, api_key_middleware], client_max_size=64 * 1024 * 1024)
     app[EMU] = emu
     r = app.router
     r.add_route("POST", "/generate", generate)

@@ -13,6 +13,7 @@ from typing import Protocol
 from aiohttp import web
 
 from loadgen.emulator.engine import EmuRequest, Engine
+from loadgen.emulator.faults import KeepAliveLimit
 from loadgen.emulator.gpu import GpuModel
 from loadgen.emulator.metrics import Metrics
 from loadgen.emulator.profiles import ModelProfile
@@ -27,6 +28,7 @@ class EmulatorState(Protocol):
     model: ModelProfile
     engine: Engine
     metrics: Metrics
+    keepalive: KeepAliveLimit | None   # --fault-keepalive-requests (faults.KeepAliveLimit), None without it
     gpu: GpuModel | None           # the modelled GPU (loadgen/emulator/gpu.py), None without one
     served_model_name: str
     startup_time: float

@@ -33,7 +33,8 @@ class Formatter(Protocol):
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 
 
-def _close(request: web.Request, mode: str) -> None:
+def close_connection(request: web.Request, mode: str) -> None:
+    """Close the request's TCP connection: `fin` (an orderly close) or `rst` (a reset)."""
     transport = request.transport
     if transport is None:
         return
@@ -118,6 +119,6 @@ async def _apply(request: web.Request, resp: web.StreamResponse, req: EmuRequest
     elif kind == "no_done":
         await resp.write_eof()
     elif kind == "close":
-        _close(request, fault.info["mode"])
+        close_connection(request, fault.info["mode"])
     req.t_done_ns = time.time_ns()
     raise _Stop()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
+SCHEMA_VERSION = 6  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
                     # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
                     # 5: requests.prompt_tokens_target
-                    # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md)
+                    # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md); requests.resent
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -109,6 +109,8 @@ REQUESTS = pa.schema([
     ("status", pa.string()),
     ("http_status", pa.int32()),
     ("error", pa.string()),
+    ("resent", pa.bool_()),             # sent again on a new connection: its kept-alive one was closed before any
+                                        # response byte (the server never read it); t_sent_ns is the resend's
 ])
 
 FRAMES = pa.schema([

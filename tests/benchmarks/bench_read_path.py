@@ -51,7 +51,7 @@ async def main() -> None:
     listener = socket.create_server(("127.0.0.1", 0), backlog=STREAMS)
     endpoint = Endpoint(f"http://127.0.0.1:{listener.getsockname()[1]}")
     reads, frames, adapter = ReadLoop(), FrameBuffer(), SglangNativeAdapter()
-    clients = [await endpoint.connect() for _ in range(STREAMS)]
+    clients = [await endpoint.open() for _ in range(STREAMS)]
     servers = [listener.accept()[0] for _ in range(STREAMS)]
     exchanges = []
     for n, sock in enumerate(clients):

@@ -94,6 +94,7 @@ class StreamState:
         self.status: str | None = None
         self.num_frames = 0
         self.cum_tokens = 0
+        self.resent = False     # sent again on a new connection (loadgen.client.http_stream)
         self.finished = False   # a frame with a finish reason arrived
         self.saw_done = False   # `data: [DONE]` arrived
 
