@@ -8,8 +8,9 @@ that lands in a DuckDB query, a Parquet write or Ray's start-up lets that call f
 turned into `RuntimeError: Query interrupted` inside DuckDB and into a SystemError inside `ray.get`.
 
 SIGINT is left ignored when the process started with it ignored: POSIX shells start the background jobs of a
-non-interactive script so, on purpose, that a Ctrl-C at the terminal does not reach them. A second signal does
-not interrupt the clean-up (seconds); SIGKILL ends the driver at once, and `--resume` continues the run.
+non-interactive script so, on purpose, that a Ctrl-C at the terminal does not reach them. A blocked one is
+unblocked: Ray blocks SIGINT in its processes, and the driver of a `ray job submit` inherits that. A second signal
+does not interrupt the clean-up (seconds); SIGKILL ends the driver at once, and `--resume` continues the run.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Stopped(BaseException):
 
 
 _previous: dict[int, Any] = {}    # signal -> the handler ours replaced, while ours are installed
+_blocked: set[int] = set()        # the signals install() unblocked
 _received: int | None = None      # the first stop signal
 _where = ""                       # what the run was doing when it came
 _phase = "start-up"               # what the run is doing now
@@ -68,6 +70,7 @@ def install() -> bool:
         if sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
             continue
         _previous[sig] = signal.signal(sig, _on_signal)
+    _blocked.update(signal.pthread_sigmask(signal.SIG_UNBLOCK, _previous) & set(_previous))
     return True
 
 
@@ -84,6 +87,8 @@ def handling() -> Iterator[None]:
         for sig, previous in _previous.items():
             signal.signal(sig, previous)
         _previous.clear()
+        signal.pthread_sigmask(signal.SIG_BLOCK, _blocked)
+        _blocked.clear()
 
 
 @contextmanager
