@@ -293,7 +293,7 @@ CAPACITY_FLEET = fleet_toml("three-sparks-capacity", MARK, {   # K = 2, 3, 4 req
     "spark2": ('resource = "spark2"', "seed = 2, time-scale = 10.0, max-running-requests = 3"),
     "spark3": (SPARK3, "seed = 3, time-scale = 10.0, max-running-requests = 4")})
 
-CAPACITY_SEARCH = """
+CAPACITY_SEARCH = f"""
 [run]
 name = "fleet-capacity"
 [slo]
@@ -308,6 +308,9 @@ measure_s = 1.0
 drain_timeout_s = 30
 [prompts]
 max_new_tokens = 128
+[[prompts.sources]]   # a prefill of a few ms: TTFT far below the 200 ms line up to K (tests/test_capacity_search)
+format = "jsonl"
+path = "{REPO / 'tests/data/short-prompts.jsonl'}"
 [fleet]
 file = "fleet.toml"
 [[fleet.configurations]]

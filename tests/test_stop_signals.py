@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ import psutil
 import pytest
 import ray
 
+from conftest import wait_until
 from loadgen.driver import stop
 from loadgen.driver.runner import START_DELAY_S
 from loadgen.results import analysis
@@ -74,8 +74,8 @@ SEARCHES = {
 }
 LAUNCHED = {"starting": '[targets.emulator]\nmodel-path = "m"\nstartup-delay-s = 600\n',
             "launched": '[targets.emulator]\nmodel-path = "m"\nfault-slow-first-token-ms = 600000\nfault-rate = 1\n'}
-# Two short prompts: a driver builds its pool of 4096 in 0.1 s from them (the built-in mix takes 15+ s here)
-PROMPTS = '{"prompt": "Write a haiku about the sea."}\n{"prompt": "Explain TCP slow start in two sentences."}\n'
+# A driver builds its pool of 4096 prompts from these in 0.1 s (from the built-in mix: 15+ s on a busy machine)
+PROMPTS = Path(__file__).parent / "data/short-prompts.jsonl"
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -157,7 +157,8 @@ def _stop_at(case: Case, sig: signal.Signals, experiment: str, tmp_path: Path) -
         else:
             pytest.fail(f"the driver never logged {case.trigger!r}:\n{''.join(out)}")
         if case.target == "starting":   # and the server it launches logged its PID: that process is starting
-            _wait_for(lambda: "[loadgen] pid" in "".join(f.read_text() for f in results.glob("logs/run_id=*/*")))
+            wait_until(lambda: "[loadgen] pid" in "".join(f.read_text() for f in results.glob("logs/run_id=*/*")),
+                       what="the launched server's PID in its log")
         time.sleep(case.after_s)   # a bound the driver's own schedule sets (START_DELAY_S, the window), not a hope
         proc.send_signal(sig)
         out.append(proc.communicate(timeout=120)[0])
@@ -165,13 +166,6 @@ def _stop_at(case: Case, sig: signal.Signals, experiment: str, tmp_path: Path) -
         if proc.poll() is None:
             proc.kill()
     return proc.returncode, "".join(out), results
-
-
-def _wait_for(condition: Callable[[], object], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "never happened"
-        time.sleep(0.05)
 
 
 def _assert_stopped(code: int, out: str, results: Path, sig: signal.Signals, case: Case, hold: str) -> None:
@@ -205,11 +199,10 @@ def _assert_stopped(code: int, out: str, results: Path, sig: signal.Signals, cas
 def _both(kind: str, name: str, emulators: dict, tmp_path: Path) -> None:
     """SIGINT and SIGTERM each stop a driver of their own at the same phase, side by side (half the wall time)."""
     case = (GRID if kind == "grid" else SEARCHES)[name]
-    (tmp_path / "prompts.jsonl").write_text(PROMPTS)
     target = LAUNCHED.get(case.target) or f'url = "{emulators[case.target]}"\n'   # launched: its log has its PID
     experiment = (f'[run]\nname = "stop-{name}"\n' + ("[load]\n" if kind == "grid" else SEARCH) + case.load
                   + f'[prompts]\nmax_new_tokens = 16\n{case.prompts}[[prompts.sources]]\nformat = "jsonl"\n'
-                  f'path = "{tmp_path / "prompts.jsonl"}"\n[[targets]]\nname = "emu"\n{target}')
+                  f'path = "{PROMPTS}"\n[[targets]]\nname = "emu"\n{target}')
     with ThreadPoolExecutor(2) as pool:
         runs = {sig: pool.submit(_stop_at, case, sig, experiment, tmp_path / sig.name) for sig in SIGNALS}
     for sig, run in runs.items():
