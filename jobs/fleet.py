@@ -7,7 +7,9 @@ The experiment's [fleet] table names the fleet file (nodes) and the launch profi
 infra/README.md. Prints each node against the fleet median and the fleet's summed capacity.
 """
 
-from loadgen.driver.capacity import FLEET_QUERIES, job_main
+from loadgen.driver import stop
 
 if __name__ == "__main__":
+    stop.install()   # first: a stop signal during the slow imports (Ray's) is noted and acted on, no traceback
+    from loadgen.driver.capacity import FLEET_QUERIES, job_main
     job_main("python -m jobs.fleet", __doc__, FLEET_QUERIES, fleet=True)

@@ -9,24 +9,27 @@ import argparse
 import sys
 from typing import Any
 
+from loadgen.driver import stop
 from loadgen.errors import ConfigError, LoadgenError, user_message
 from loadgen.results.slo import parse_slo_flag
 
 
 def _capacity(args: argparse.Namespace) -> int:
+    stop.install()   # before the slow imports: a stop signal from here on stops the run cleanly
     from loadgen.driver.capacity import run_capacity
     return run_capacity(args.config, args.results, args.ray_address, slo=args.slo, resume=args.resume)
 
 
 def _adhoc(args: argparse.Namespace) -> int:
     """A one-off run from flags: one target, concurrency levels (or rates), a fixed number of requests."""
+    stop.install()   # before the slow imports: a stop signal from here on stops the run cleanly
     from pathlib import Path
 
     from loadgen.driver.capacity import results_folder  # first: it sets Ray's log options before Ray is imported
     # isort: split
     from loadgen.config import parse_experiment
     from loadgen.driver import ray_setup, reach
-    from loadgen.driver.runner import run_experiment
+    from loadgen.driver.runner import RunResult, run_experiment
     from loadgen.results import analysis
     from loadgen.results.sink import check_writable
     experiment = adhoc_experiment(args)
@@ -40,16 +43,19 @@ def _adhoc(args: argparse.Namespace) -> int:
     folder = results_folder(args.results)
     check_writable(folder)
     reach.check_targets(exp)
+    stop.check()   # a stop signal before Ray starts: there is no run to record
     print(f"results go to {folder}", flush=True)
     ray_setup.connect(args.ray_address)
-    result = run_experiment(exp, str(folder))
-    con = analysis.open_results(result.results_dir, [result.run_id])
-    for name in ("throughput_by_concurrency", "latency_by_concurrency") + (("goodput",) if exp.slo else ()):
-        print(analysis.render(analysis.run_query(con, name), "table"))
-    if exp.slo:
-        from loadgen.results.slo_answer import capacity_lines
-        print("capacity " + "\n".join(capacity_lines(con)))
-    print(f"results: {result.results_dir}")
+
+    def report(result: RunResult) -> None:
+        con = analysis.open_results(result.results_dir, [result.run_id])
+        for name in ("throughput_by_concurrency", "latency_by_concurrency") + (("goodput",) if exp.slo else ()):
+            print(analysis.render(analysis.run_query(con, name), "table"))
+        if exp.slo:
+            from loadgen.results.slo_answer import capacity_lines
+            print("capacity " + "\n".join(capacity_lines(con)))
+        print(f"results: {result.results_dir}")
+    result = run_experiment(exp, str(folder), report=report)
     return 0 if result.status == "complete" else 1
 
 
@@ -262,8 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     except LoadgenError as exc:
         print(f"error: {user_message(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:   # Ctrl-C, or the runner's SIGTERM stop
-        print(f"run stopped ({str(exc) or 'interrupted'}); what was measured is kept", file=sys.stderr)
+    except stop.Stopped as exc:   # Ctrl-C or SIGTERM during `capacity` or `run` (loadgen.driver.stop)
+        print(exc.message(resumable=args.func is _capacity), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:   # Ctrl-C in a command that runs nothing (query, report, check-draft)
         return 130
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,11 +40,28 @@ from loadgen.emulator.launch import EmulatorProcess  # noqa: E402
 from loadgen.servers.ports import free_port  # noqa: E402
 
 
+def wait_until(condition: Callable[[], object], timeout_s: float = 60.0, what: str = "the condition") -> None:
+    """Poll `condition` until it holds: a test waits for the state it needs (a request running, one queued, a
+    line logged), never for a time that it hopes is long enough on a busy machine."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:g} s"
+        time.sleep(0.02)
+
+
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
-    """A real local Ray, started once per session and stopped by ray.shutdown (only this cluster)."""
+    """A real local Ray, started once per session and stopped by ray.shutdown (only this cluster). Ray gives its
+    raylet a fixed 30 s to register; a machine shared by many can need more: then it starts once more."""
     import ray
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    for attempt in (1, 2, 3):
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            break
+        except Exception as exc:
+            ray.shutdown()
+            if attempt == 3 or "timed out during startup" not in str(exc):
+                raise
     yield
     ray.shutdown()
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import orjson
 import pytest
 
-from httpcalls import request
+from conftest import wait_until
+from httpcalls import FOREVER, engine_counts, open_generation, request
 from loadgen.emulator.launch import EmulatorProcess, EmulatorThread
 
 DFLASH2 = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "loadgen/emulator/drafts/dflash2",
@@ -163,11 +162,11 @@ def test_server_info_reports_spec_args_and_refreshes_accept_length(dflash):
 
 
 def test_flush_cache_is_refused_while_busy_and_resets_counters(dflash):
-    t = threading.Thread(target=generate, args=(dflash.port,), kwargs={"max_new_tokens": 2000})
-    t.start()
-    time.sleep(0.2)
+    busy = open_generation(dflash.port, FOREVER)
+    wait_until(lambda: engine_counts(dflash) == (1, 0), what="the request running")
     status, _, body = request(dflash.port, "POST", "/flush_cache")
-    t.join()
+    busy.close()
+    wait_until(lambda: engine_counts(dflash) == (0, 0), what="the closed request gone")
     assert status == 400
     assert request(dflash.port, "POST", "/flush_cache")[0] == 200
     assert dflash.call(lambda: dflash.emu.engine.counters.verify_steps) == 0
@@ -175,18 +174,16 @@ def test_flush_cache_is_refused_while_busy_and_resets_counters(dflash):
 
 def test_headers_come_at_once_and_disconnect_frees_the_slot():
     with EmulatorThread(DFLASH2 + ["--max-running-requests", "1", "--time-scale", "5"]) as emu:
-        long_body = orjson.dumps({"text": "x" * 400, "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True},
-                                  "stream": True, "rid": "long"})
-        s = socket.create_connection(("127.0.0.1", emu.port))
-        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
-                  + str(len(long_body)).encode() + b"\r\n\r\n" + long_body)
+        s = open_generation(emu.port, {"text": "x" * 400, "rid": "long", "stream": True,
+                                       "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True}})
         head = s.recv(65536)
         assert head.startswith(b"HTTP/1.1 200")
-        time.sleep(0.3)
+        while b"data:" not in head:                         # a token frame: it is generating
+            head += s.recv(65536)
         s.close()                                           # client goes away mid-stream
-        t0 = time.monotonic()
-        frames = generate(emu.port, max_new_tokens=3)       # would wait ~minutes behind 'long' if not freed
-        assert time.monotonic() - t0 < 3.0 and frames[-1]["meta_info"]["completion_tokens"] == 3
+        wait_until(lambda: engine_counts(emu) == (0, 0), what="the slot freed")   # not after 5000 tokens
+        frames = generate(emu.port, max_new_tokens=3)
+        assert frames[-1]["meta_info"]["completion_tokens"] == 3
         rows = {r["id"]: r for r in orjson.loads(request(emu.port, "GET", "/emulator/requests")[2])["requests"]}
         assert rows["long"]["status"] == "client_disconnected"
         assert 0 < rows["long"]["completion_tokens"] < 5000 and rows["long"]["t_done_ns"]
@@ -194,19 +191,16 @@ def test_headers_come_at_once_and_disconnect_frees_the_slot():
 
 def test_queued_request_gets_headers_before_its_first_token():
     with EmulatorThread(DFLASH2 + ["--max-running-requests", "1", "--time-scale", "5"]) as emu:
-        blocker = threading.Thread(target=generate, args=(emu.port,), kwargs={"max_new_tokens": 150})
-        blocker.start()
-        time.sleep(0.1)
+        blocker = open_generation(emu.port, FOREVER)        # holds the only slot until it is closed
+        wait_until(lambda: engine_counts(emu) == (1, 0), what="the blocker running")
         conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=30)
-        t0 = time.monotonic()
         conn.request("POST", "/generate", body=json.dumps({"text": "hello", "stream": True,
                      "sampling_params": {"max_new_tokens": 2}}), headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()                           # status + headers while still queued
-        t_headers = time.monotonic() - t0
+        resp = conn.getresponse()                           # status + headers ...
+        queued = engine_counts(emu)                         # ... while it still waits for the slot: no token yet
+        blocker.close()
         body = resp.read()
-        t_body = time.monotonic() - t0
-        blocker.join()
-        assert resp.status == 200 and t_headers < 0.2 < t_body and body.endswith(b"data: [DONE]\n\n")
+        assert resp.status == 200 and queued == (1, 1) and body.endswith(b"data: [DONE]\n\n")
 
 
 def test_cli_rejects_unknown_flag_and_serves_from_a_process():

@@ -4,7 +4,6 @@ keep their frames; a hung server never hangs the job; the error budget stops a r
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
@@ -129,14 +128,19 @@ def test_failed_tokens_reported_separately(faulted_run):
     assert sum(r["delivered_tokens"] for r in table.values()) > 0 or name == "stall-short"
 
 
+def _step_s(result) -> float:
+    """The run's one step, start to end, from its own row: what a timeout bounds (bring-up is not; on a busy
+    machine building the prompt pool alone took 18 s)."""
+    [step] = rows(result, "SELECT (t_end_ns - t_start_ns) / 1e9 AS s FROM steps")
+    return step["s"]
+
+
 def test_hung_server_never_hangs_the_job(ray_local, emulator_factory, tmp_path):
     """Every stream stalls for 10 minutes: the stall timeout cuts each, the step ends on time, the log says so."""
     log: list[str] = []
     with emulator_factory(*EMU, "--fault-stall-ms", "600000", "--fault-rate", "1", "--fault-frame", "2") as url:
-        t0 = time.monotonic()
         result = run(url, tmp_path, log, concurrency=(4,), requests=8, stall_timeout_s=1.0)
-        elapsed = time.monotonic() - t0
-    assert elapsed < 20, elapsed
+    assert _step_s(result) < 20   # two rounds of 1 s stall timeouts, not the 10-minute stall (bring-up not counted)
     assert Counter(r["status"] for r in rows(result)) == {"timeout": 8}
     assert any("done in" in line and "8 timeout" in line for line in log), log
 
@@ -145,12 +149,10 @@ def test_total_timeout_cuts_a_slow_but_live_stream(ray_local, emulator_factory, 
     """Frames keep coming (no stall), but the request takes longer than request_timeout_s."""
     log: list[str] = []
     with emulator_factory("--model-path", "m", "--speculative-algorithm", "NONE", "--time-scale", "1") as url:
-        t0 = time.monotonic()
         result = run(url, tmp_path, log, concurrency=(2,), requests=2, max_tokens=4000, stall_timeout_s=1.0,
                      request_timeout_s=2.0)
-        elapsed = time.monotonic() - t0
     got = rows(result)
-    assert elapsed < 20 and [r["status"] for r in got] == ["timeout", "timeout"]
+    assert _step_s(result) < 20 and [r["status"] for r in got] == ["timeout", "timeout"]   # not 4000 tokens' time
     assert all("request timeout" in r["error"] and r["num_frames"] > 5 for r in got), got
 
 

@@ -6,11 +6,14 @@ queries flag the node that was deliberately slowed."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -18,6 +21,7 @@ import psutil
 import pytest
 
 from conftest import fleet_toml, ray_head, submit_job
+from loadgen.driver.runner import START_DELAY_S
 from loadgen.results import analysis
 
 REPO = Path(__file__).parents[1]
@@ -27,7 +31,7 @@ SPARK3 = 'labels = { loadgen-node = "spark3" }'
 FLEET = fleet_toml("three-sparks", MARK, {
     "spark1": ('resource = "spark1"', "seed = 1, time-scale = 4.0"),
     "spark2": ('resource = "spark2"', "seed = 2, time-scale = 4.0"),
-    "spark3": (SPARK3, "seed = 3, time-scale = 2.0")},   # half as fast: the node fleet_nodes must flag
+    "spark3": (SPARK3, "seed = 3, time-scale = 0.5")},   # 8x slower: the node fleet_nodes must flag
     f'speculative-draft-model-path = "{REPO}/loadgen/emulator/drafts/dflash2"\n')
 
 EXPERIMENT = """
@@ -73,8 +77,8 @@ def _our_servers() -> list[psutil.Process]:
     return found
 
 
-def _write(folder: Path, name: str, configurations: str) -> Path:
-    (folder / "fleet.toml").write_text(FLEET)
+def _write(folder: Path, name: str, configurations: str, fleet: str = FLEET) -> Path:
+    (folder / "fleet.toml").write_text(fleet)
     path = folder / f"{name}.toml"
     path.write_text(EXPERIMENT.format(name=name, configurations=configurations))
     return path
@@ -164,12 +168,18 @@ def test_no_server_left_after_the_job(sweep):
 
 
 def test_fleet_queries_flag_the_slowed_node(sweep):
+    """spark3's server is modelled 8x slower than its two peers. On a busy machine the emulators get CPU unevenly,
+    so two equal nodes can measure 40 % apart (seen here at load 40 on 2 cores): whether the healthy pair stays
+    inside outlier_pct is up to the load, and is not asserted (the rule itself: tests/test_queries.py, on hand-made
+    numbers). What holds under any load: spark3 is flagged, and it is further below the slower healthy node than
+    the healthy nodes are from each other (the run's own noise)."""
     _, results, _, _ = sweep
     con = analysis.open_results(results)
     rows = analysis.run_query(con, "fleet_nodes").to_pylist()
     mtp = {r["node"]: r for r in rows if r["configuration"] == "mtp"}
-    assert mtp["spark3"]["outlier"] is True and mtp["spark3"]["tok_s_vs_fleet_pct"] < -25, mtp
-    assert mtp["spark1"]["outlier"] is False and mtp["spark2"]["outlier"] is False, mtp
+    healthy = [mtp["spark1"]["tok_s"], mtp["spark2"]["tok_s"]]
+    assert mtp["spark3"]["outlier"] is True and mtp["spark3"]["tok_s_vs_fleet_pct"] < 0, mtp
+    assert min(healthy) - mtp["spark3"]["tok_s"] > max(healthy) - min(healthy), mtp
     assert all(r["outlier"] is None for r in rows if r["configuration"] == "mixed")   # no peers to compare
     capacity = {r["configuration"]: r for r in analysis.run_query(con, "fleet_capacity").to_pylist()}
     assert capacity["mtp"]["nodes"] == 3 and capacity["mtp"]["together"] is True
@@ -197,12 +207,25 @@ STOPPED = """
 [[fleet.configurations]]
 profile = "mtp"
 """
+STARTING = FLEET.replace("time-scale = 4.0", "time-scale = 4.0, startup-delay-s = 600")   # never healthy
+STOPS = [pytest.param(signal.SIGTERM, id="ray-job-stop"), pytest.param(signal.SIGINT, id="SIGINT")]
 
 
-def _stop_job_when(address: str, folder: Path, logged: str, then_s: float) -> tuple[str, duckdb.DuckDBPyConnection]:
-    """Submit a fleet job (2 steps of 30 s), `ray job stop` it `then_s` after its log shows `logged`, wait
-    until no server of ours is left; return the job's log and a connection to its results."""
-    experiment = _write(folder, "stopme", STOPPED)
+def _driver(experiment: Path) -> psutil.Process:
+    """The job's driver process (`python3 -m jobs.fleet --config <experiment>`; Ray runs it under a shell)."""
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if cmd[1:4] == ["-m", "jobs.fleet", "--config"] and str(experiment) in cmd:
+            return p
+    raise AssertionError(f"no driver for {experiment}")
+
+
+def _stop_job_when(address: str, folder: Path, ready: Callable[[str], bool], then_s: float, sig: signal.Signals,
+                   fleet: str = FLEET) -> tuple[str, duckdb.DuckDBPyConnection]:
+    """Submit a fleet job (2 steps of 30 s), stop it `then_s` after `ready(its log)`: SIGTERM by `ray job stop`
+    (SIGKILL 3 s later, Ray's default), or SIGINT to the driver (`kill -INT`). Wait until the driver and every
+    server of ours are gone; return the job's log and a connection to its results."""
+    experiment = _write(folder, "stopme", STOPPED, fleet)
     experiment.write_text(experiment.read_text().replace("concurrency = [4]", "concurrency = [4, 8]")
                           .replace("measure_s = 2.0", "measure_s = 30.0"))
     job_id = f"loadgen-stop-{uuid.uuid4().hex[:8]}"
@@ -215,40 +238,53 @@ def _stop_job_when(address: str, folder: Path, logged: str, then_s: float) -> tu
                               text=True, timeout=60).stdout
 
     deadline = time.monotonic() + 120
-    while logged not in job_log():
-        assert time.monotonic() < deadline, f"{logged!r} never logged:\n{job_log()}"
+    while not ready(job_log()):
+        assert time.monotonic() < deadline, f"never ready:\n{job_log()}"
         time.sleep(0.5)
-    time.sleep(then_s)
-    stop = subprocess.run(["ray", "job", "stop", "--address", address, job_id], capture_output=True, text=True,
-                          timeout=60)
-    assert stop.returncode == 0, stop.stderr
+    time.sleep(then_s)   # a bound the step's own schedule sets, not a hope
+    driver = _driver(experiment)
+    if sig == signal.SIGTERM:
+        stop = subprocess.run(["ray", "job", "stop", "--address", address, job_id], capture_output=True,
+                              text=True, timeout=60)
+        assert stop.returncode == 0, stop.stderr
+    else:
+        os.kill(driver.pid, sig)
+    driver.wait(60)
     while _our_servers():
         assert time.monotonic() < deadline + 30, "servers outlived the stopped job"
         time.sleep(0.5)
-    return job_log(), analysis.open_results(folder / "results")
+    log = job_log()
+    own = "".join(line for line in log.splitlines(keepends=True) if not line.startswith("("))   # not an actor's
+    assert "Traceback" not in own and "PC: @" not in own, log
+    assert f"run stopped (received {sig.name} during " in log, log
+    return log, analysis.open_results(folder / "results")
 
 
-def test_ray_job_stop_mid_step_keeps_what_was_measured_and_leaves_no_server(cluster, tmp_path):
-    """`ray job stop` on a fleet job: SIGTERM to the driver, SIGKILL 3 s later (Ray's default). Within that
-    grace the step that was running is cut and written, the run row says stopped, and every server is gone."""
-    log, con = _stop_job_when(cluster[0], tmp_path, "[step 1/", then_s=4)
-    [(status, reason)] = con.execute("SELECT status, status_reason FROM runs").fetchall()
-    assert status == "incomplete" and "SIGTERM" in reason, log
+@pytest.mark.parametrize("sig", STOPS)
+def test_stop_mid_step_keeps_what_was_measured_and_leaves_no_server(sig, cluster, tmp_path):
+    """A fleet job stopped in its first step's window: within `ray job stop`'s grace the step that was running
+    is cut and written, the run row says stopped, and every server is gone."""
+    log, con = _stop_job_when(cluster[0], tmp_path, lambda log: "[step 1/" in log, START_DELAY_S + 1, sig)
+    why = f"received {sig.name} during the window of step 1"
+    assert con.execute("SELECT status, status_reason FROM runs").fetchall() == [("incomplete", f"stopped: {why}")]
     steps = con.execute("SELECT target, status, status_reason FROM steps ORDER BY target").fetchall()
     assert [(t, s) for t, s, _ in steps] == [(f"spark{i}.mtp", "incomplete") for i in (1, 2, 3)], log
-    assert all("run stopped (received SIGTERM)" in r for *_, r in steps)
+    assert all(f"run stopped ({why})" in r for *_, r in steps)
     [(requests, cut, frames)] = con.execute(
         "SELECT count(*), count(*) FILTER (status = 'cancelled'), sum(num_frames) FROM requests").fetchall()
     assert requests >= 12 and cut >= 12, log   # 4 streams per node were in flight: each cut and recorded
     assert con.execute("SELECT count(*) FROM frames").fetchall() == [(frames,)]
 
 
-def test_ray_job_stop_while_servers_start_is_a_stopped_run_not_a_failed_one(cluster, tmp_path):
-    """A stop that lands while the driver waits in `ray.get` (here: servers starting, workers placed). Ray turned
-    the handler's exception into a SystemError there, and the run was recorded as failed."""
-    log, con = _stop_job_when(cluster[0], tmp_path, "run stopme-", then_s=0.5)
-    [(status, reason)] = con.execute("SELECT status, status_reason FROM runs").fetchall()
-    assert (status, reason) == ("incomplete", "stopped: received SIGTERM"), log
+@pytest.mark.parametrize("sig", STOPS)
+def test_stop_while_servers_start_is_a_stopped_run_not_a_failed_one(sig, cluster, tmp_path):
+    """A stop while the driver waits for the servers to start (they never become healthy here): Ray turned the
+    handler's exception into a SystemError there, and the run was recorded as failed; a starting server's actor
+    is busy until /health answers, so it is killed rather than asked to stop."""
+    log, con = _stop_job_when(cluster[0], tmp_path, lambda log: "run stopme-" in log and len(_our_servers()) == 3,
+                              0, sig, STARTING)
+    assert con.execute("SELECT status, status_reason FROM runs").fetchall() == [
+        ("incomplete", f"stopped: received {sig.name} during bring-up")], log
     assert "SystemError" not in log
 
 
@@ -257,7 +293,7 @@ CAPACITY_FLEET = fleet_toml("three-sparks-capacity", MARK, {   # K = 2, 3, 4 req
     "spark2": ('resource = "spark2"', "seed = 2, time-scale = 10.0, max-running-requests = 3"),
     "spark3": (SPARK3, "seed = 3, time-scale = 10.0, max-running-requests = 4")})
 
-CAPACITY_SEARCH = """
+CAPACITY_SEARCH = f"""
 [run]
 name = "fleet-capacity"
 [slo]
@@ -272,6 +308,9 @@ measure_s = 1.0
 drain_timeout_s = 30
 [prompts]
 max_new_tokens = 128
+[[prompts.sources]]   # a prefill of a few ms: TTFT far below the 200 ms line up to K (tests/test_capacity_search)
+format = "jsonl"
+path = "{REPO / 'tests/data/short-prompts.jsonl'}"
 [fleet]
 file = "fleet.toml"
 [[fleet.configurations]]

@@ -317,3 +317,29 @@ def test_resent_reads_null_in_schema_5_folders_and_client_health_still_counts(tm
     assert dict(con.execute("SELECT run_id, resent FROM requests").fetchall()) == want
     health = {row["run_id"]: row["resent"] for row in query(tmp_path, "client_health")}
     assert health == ({"old": 0, "new": 1} if "new" in runs else {"old": 0})
+
+
+def test_fleet_nodes_flags_a_node_off_the_fleet_median_by_tok_s_or_acceptance(tmp_path):
+    """Hand-made nodes (window 1 s, one request each: tok/s = its tokens, acceptance = tokens / verify steps).
+    mtp: tok/s 100, 110, 50, the median 100: spark2 is +10 % (inside outlier_pct 15), spark3 -50 %.
+    eagle: tok/s 100, 100, 96 (-4 %), acceptance 2.0, 2.0, 3.0: spark3 is +50 % on acceptance alone.
+    none: two nodes cannot say which one is off (NULL)."""
+    r = Results()
+    r.run("f")
+    nodes = {"mtp": {"spark1": (100, 50), "spark2": (110, 50), "spark3": (50, 25)},
+             "eagle": {"spark1": (100, 50), "spark2": (100, 50), "spark3": (96, 32)},
+             "none": {"spark1": (100, 50), "spark2": (60, 30)}}
+    for configuration, tokens in nodes.items():
+        for i, (node, (n, verify)) in enumerate(tokens.items()):
+            target = f"{node}.{configuration}"
+            r.step("f", 1, target, target_index=i, node=node)
+            r.request("f", 1, target, target, sent_ms=1000, frames=[(1500, n)], spec_verify_ct=verify)
+    rows = {(x["configuration"], x["node"]): x for x in query(r.write(tmp_path), "fleet_nodes")}
+    assert {k: (x["tok_s"], x["tok_s_vs_fleet_pct"], x["outlier"]) for k, x in rows.items() if k[0] == "mtp"} == {
+        ("mtp", "spark1"): (100.0, 0.0, False), ("mtp", "spark2"): (110.0, 10.0, False),
+        ("mtp", "spark3"): (50.0, -50.0, True)}
+    assert [(x["accept_len_vs_fleet_pct"], x["outlier"]) for k, x in sorted(rows.items()) if k[0] == "eagle"] == [
+        (0.0, False), (0.0, False), (50.0, True)]
+    assert {x["peers"] for x in rows.values()} == {3, 2}
+    assert [x["outlier"] for k, x in rows.items() if k[0] == "none"] == [None, None]
+    assert [x["outlier"] for x in query(tmp_path, "fleet_nodes", outlier_pct=60)] == [False] * 6 + [None] * 2

@@ -26,6 +26,7 @@ from loadgen.errors import LoadgenError
 from loadgen.results import analysis
 
 REPO = Path(__file__).parents[1]
+SHORT_PROMPTS = Path(__file__).parent / "data/short-prompts.jsonl"   # prefill of a few ms (tests/test_capacity_search)
 EMU = ("--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", "8")
 REQUESTS = 6
 LEVELS = (1, 2, 4)
@@ -188,6 +189,7 @@ def test_search_resumes_from_its_verdicts(ray_local, emulator_factory, tmp_path)
         config.write_text('[run]\nname = "search"\n[load]\nsearch = "capacity"\nsearch_min = 1\nsearch_max = 16\n'
                           'warmup_s = 0.5\nmeasure_s = 1.0\ndrain_timeout_s = 30\n[slo]\nttft_ms = 200\n'
                           'attainment = 0.8\n[prompts]\nseed = 5\nmax_new_tokens = 128\n'
+                          f'[[prompts.sources]]\nformat = "jsonl"\npath = "{SHORT_PROMPTS}"\n'   # TTFT far below 200 ms
                           f'[[targets]]\nname = "k3"\nurl = "{url}"\n')
         base_dir, results = tmp_path / "base", tmp_path / "results"
         base_id = re.search(r"^run (\S+): ", _run_to_end(_driver(config, base_dir)), re.M).group(1)

@@ -11,6 +11,7 @@ worker's own event-loop lag, CPU and in-flight count (`client_samples`), the pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -91,6 +92,7 @@ class LoadWorker:
         gc.freeze()  # the prompt pool and Ray's state never become garbage: keep them out of every GC pass
         self.step: StepSpec | None = None
         self.issuing = False
+        self.stopping = asyncio.Event()   # set by stop_step: ends the start delay of a slot that has not begun
         self.run_task: asyncio.Task | None = None
         self.slot_tasks: list[asyncio.Task] = []
         self.open_requests: set[asyncio.Task] = set()
@@ -196,6 +198,7 @@ class LoadWorker:
             self.prompts = await ray.get_actor(pool).shard.remote(shard)
         self.step = step
         self.issuing = True
+        self.stopping.clear()
         self.measure_open = 0
         self.measure_sent = 0
         self.window_end_ns = step.t_measure_end_ns
@@ -227,7 +230,8 @@ class LoadWorker:
         """One unit of concurrency: send, wait for the end, send the next, until told to stop. Slots start
         spread over the warm-up, so equal-length requests do not run in lockstep (all prefilling at once,
         all finishing at once) through the window."""
-        await asyncio.sleep(start_delay_ns / 1e9)
+        with contextlib.suppress(TimeoutError):   # a stop during a long warm-up must not wait out the delay
+            await asyncio.wait_for(self.stopping.wait(), start_delay_ns / 1e9)
         while self.issuing and (step.max_requests is None or self.sent < step.max_requests):
             if await self._request(step, next(cursor), now_ns()) == "client_error":
                 await asyncio.sleep(CONNECT_BACKOFF_S)  # a dead server must not turn a slot into a busy loop
@@ -334,6 +338,7 @@ class LoadWorker:
         step = self.step
         assert step is not None, "stop_step without start_step"
         self.issuing = False
+        self.stopping.set()
         if self.run_task is not None and not self.run_task.done():
             self.run_task.cancel()  # stopped before it started
         for protocol in list(self.streams.values()):

@@ -18,9 +18,9 @@ if not sys.stdout.isatty():
 
 from loadgen import __version__  # noqa: E402
 from loadgen.config import load_experiment  # noqa: E402
-from loadgen.driver import ray_setup, reach
+from loadgen.driver import ray_setup, reach, stop
 from loadgen.driver.resume import load_resume  # noqa: E402
-from loadgen.driver.runner import run_experiment  # noqa: E402
+from loadgen.driver.runner import RunResult, run_experiment  # noqa: E402
 from loadgen.errors import ConfigError, LoadgenError, user_message  # noqa: E402
 from loadgen.results import analysis, answer
 from loadgen.results.sink import check_writable  # noqa: E402
@@ -67,22 +67,28 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
     check_writable(folder)               # before Ray starts, like the config
     state = load_resume(folder, resume, exp) if resume else None
     reach.check_targets(exp)             # a url the driver can tell is down: one line, no Ray
+    stop.check()                         # a stop signal before Ray starts: there is no run to record
     log(f"loadgen {__version__}: results go to {folder}")
     ray_setup.connect(ray_address)
-    result = run_experiment(exp, str(folder), log=log, resume=state)
-    con = analysis.open_results(result.results_dir, [result.run_id])
-    log(f"\nrun {result.run_id}: {result.status}{' - ' + result.reason if result.reason else ''}")
-    answer.write_summary(con, result.results_dir, result.run_id, result.status)
-    log(answer.answer_text(con, result.results_dir, result.run_id))   # the answer first, then what the job adds
-    for query in queries:
-        log(f"\n{query}:\n" + analysis.render(analysis.run_query(con, query), "table"))
-    log(f"results: {result.results_dir}")
+
+    def report(result: RunResult) -> None:
+        """The summary files and the answer, then what the job adds: the run's last part (runner)."""
+        con = analysis.open_results(result.results_dir, [result.run_id])
+        log(f"\nrun {result.run_id}: {result.status}{' - ' + result.reason if result.reason else ''}")
+        answer.write_summary(con, result.results_dir, result.run_id, result.status)
+        log(answer.answer_text(con, result.results_dir, result.run_id))   # the answer first, then the job's
+        for query in queries:
+            log(f"\n{query}:\n" + analysis.render(analysis.run_query(con, query), "table"))
+        log(f"results: {result.results_dir}")
+    result = run_experiment(exp, str(folder), log=log, resume=state, report=report)
     return 0 if result.status == "complete" else 1
 
 
 def job_main(prog: str, doc: str, queries: tuple[str, ...], fleet: bool) -> None:
     """Parse the entry point's flags and run. A user error is one line on stderr (exit 2), a stop (`ray job
-    stop`, Ctrl-C) one line `run stopped` (exit 130); the wall time is printed only for a run that started."""
+    stop`, Ctrl-C) one line `run stopped` (exit 128 + the signal: 143, 130); the wall time is printed only for a
+    run that started."""
+    stop.install()   # the job's own: Ray's start-up, the run and the answer (jobs/*.py: from before the imports)
     parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     parser.add_argument("--config", required=True, help="experiment TOML file")
     parser.add_argument("--results", help="results folder (default: run.results in the file, else ./results; "
@@ -100,8 +106,8 @@ def job_main(prog: str, doc: str, queries: tuple[str, ...], fleet: bool) -> None
     except LoadgenError as exc:
         print(f"error: {user_message(exc)}", file=sys.stderr, flush=True)
         sys.exit(2)
-    except KeyboardInterrupt as exc:   # Ctrl-C, or runner.Stopped (SIGTERM from `ray job stop`)
-        print(f"run stopped ({str(exc) or 'interrupted'}); what was measured is kept", file=sys.stderr, flush=True)
-        sys.exit(130)
+    except stop.Stopped as exc:   # SIGTERM from `ray job stop`, or Ctrl-C (loadgen.driver.stop)
+        print(exc.message(resumable=True), file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
     log(f"wall time {time.monotonic() - started:.1f} s")
     sys.exit(code)

@@ -12,6 +12,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loadgen.config import Fleet, Locator, TargetConfig
+from loadgen.driver import stop
 from loadgen.emulator.args import build_parser as emulator_parser
 from loadgen.errors import LoadgenError
 from loadgen.servers import draftcheck
@@ -120,7 +121,7 @@ class FleetPlacement(LocalPlacement):
                     ref = task.remote(flags.get("speculative-draft-model-path"), flags)
                     checks[(stage.name, node_name)] = (profile, ref)
         for (stage_name, node_name), (profile, ref) in checks.items():
-            report = ray.get(ref, timeout=60)
+            report = stop.get(ref, timeout_s=60)
             for line in report.lines():
                 log(f"check-draft [{stage_name} on {node_name}] {line}")
             expected = profile.expect_draft

@@ -8,6 +8,8 @@ from secrets import token_hex
 
 import ray
 
+from loadgen.driver import stop
+
 # Keep a single-machine Ray on loopback. Authentication is left at Ray's own default: a local cluster that
 # ray.init starts uses token auth (README: "Securing a fleet").
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -25,12 +27,13 @@ def connect(address: str | None = None) -> None:
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=True)
-    else:
-        _private_default_token()
-        ray.init(address="local", include_dashboard=False, log_to_driver=True,
-                 _system_config={"max_direct_call_object_size": INLINE_ARGUMENT_BYTES})
+    with stop.kept():   # a stop signal during ray.init is noted like any other; the run acts on it
+        if address:
+            ray.init(address=address, log_to_driver=True)
+        else:
+            _private_default_token()
+            ray.init(address="local", include_dashboard=False, log_to_driver=True,
+                     _system_config={"max_direct_call_object_size": INLINE_ARGUMENT_BYTES})
 
 
 def _private_default_token() -> None:

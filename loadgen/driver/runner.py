@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +20,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import ray
@@ -35,7 +33,7 @@ from loadgen.client.protocol.base import SamplingSpec
 from loadgen.client.worker import LoadWorker, PromptPool
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, LoadConfig, TargetConfig
-from loadgen.driver import serverdeath, telemetry
+from loadgen.driver import serverdeath, stop, telemetry
 from loadgen.driver.placement import LocalPlacement, placement_for
 from loadgen.driver.plan import (
     Judge,
@@ -59,16 +57,6 @@ from loadgen.values import as_int, counted
 PROMPT_POOL = 4096          # prompts per run; every step walks the same seeded sequence from its start
 START_DELAY_S = 0.5         # time for every worker to receive `start_step` before the shared start instant
 _FOREVER = 1 << 62          # a window that never closes (fixed-count steps: every request is measured)
-
-
-class Stopped(KeyboardInterrupt):
-    """The driver was asked to stop by SIGTERM (`ray job stop`). A KeyboardInterrupt like Ctrl-C's, because
-    that is the one exception Ray lets out of a blocking `ray.get` as it is: any other exception a signal
-    handler raises there comes out as a SystemError, and the stopped run was recorded as failed. It comes out
-    as a bare KeyboardInterrupt, so the handler also keeps why in `_stop_signal`."""
-
-
-_stop_signal: str | None = None   # why the running experiment was stopped, if a signal did it
 
 
 def _actor(cls: type) -> Any:
@@ -116,8 +104,11 @@ class RunContext:
         names = [t.name for t in targets]
 
         def judge() -> Verdicts:
+            stop.during("the judge")
             ray.get(self.sink.flush.remote())
-            return analysis.level_verdicts(self.results, self.run_id, names)
+            verdicts = analysis.level_verdicts(self.results, self.run_id, names)
+            stop.check()   # a stop signal during the SQL let it finish: acted on here
+            return verdicts
         return judge
 
 
@@ -134,27 +125,19 @@ class _Target:
     gpu: telemetry.Sampler | None = None         # its GPU sampler (gpu_samples) and steps.hardware
 
 
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    global _stop_signal
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second SIGTERM must not interrupt the clean-up
-    _stop_signal = "received SIGTERM"
-    raise Stopped(_stop_signal)
-
-
-def _why_stopped(exc: BaseException) -> str:
-    return str(exc) or _stop_signal or "interrupted"
-
-
+@stop.handling()   # SIGINT/SIGTERM stop the run cleanly (loadgen.driver.stop), also when called as a library
 def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None] = print,
-                   resume: ResumeState | None = None) -> RunResult:
+                   resume: ResumeState | None = None, report: Callable[[RunResult], None] | None = None
+                   ) -> RunResult:
     """Run every step of `exp`, writing results under `results_dir`; returns how the run ended. `resume`
-    (loadgen.driver.resume.load_resume): append to that run, keeping its finished steps and running the rest."""
+    (loadgen.driver.resume.load_resume): append to that run, keeping its finished steps and running the rest.
+    `report`: what the caller prints and writes once the steps are done (the answer, the summary); part of the
+    run, so the run row is written after it, and a stop signal during it leaves the run incomplete. A stop
+    signal raises stop.Stopped once the run is recorded as stopped."""
+    stop.during("the run's start")
     run_id = resume.run_id if resume else f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     results = Path(results_dir).resolve()
     check_writable(results)   # a full or read-only folder is refused before any load
-    global _stop_signal
-    _stop_signal = None
-    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     # the sink runs on the driver's node: results are written where the job was started
     sink_name = f"loadgen-sink-{run_id}-{uuid.uuid4().hex[:6]}"
@@ -167,73 +150,91 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
     stages = [s.targets for s in exp.fleet.stages] if exp.fleet else [exp.targets]
     status, reason = "failed", "unexpected error"
     try:
-        placement.prepare(stages, log)
-        done = resume.done if resume else frozenset()
-        plans = [(stage_targets, make_plan(exp, stage_targets, done)) for stage_targets in stages]
-        sizes = [plan.total for _, plan in plans]
-        total = None if None in sizes else sum(s for s in sizes if s is not None)
-        what = counted(total, "step") if total is not None else (
-            "a capacity search" if exp.load.search else "steps until the SLO stops each target")
-        log(f"run {run_id}: {what} over {counted(len(exp.targets), 'target')} in "
-            f"{counted(len(stages), 'configuration')} -> {results}")
-        if resume:   # new step ids follow the old ones: no "step N/total" counter
-            total = None
-            log(f"resuming run {run_id}: {len(done)} finished steps kept, {len(resume.superseded)} left out "
-                f"(steps {', '.join(map(str, resume.superseded)) or 'none'}), new steps from {resume.next_step_id}")
-        incomplete = 0
-        for stage_targets, plan in plans:   # one server configuration each; servers restart between them
-            judge = ctx.judge(stage_targets)
-            if (step := plan.next_step(ctx.steps_run, judge)) is None:
-                continue   # a resumed run's stage that had finished: its servers are not started again
-            servers: list = []
-            targets: list[_Target] = []
-            try:
-                targets += _bring_up(ctx, stage_targets, placement, servers)
-                while step is not None:
-                    ctx.steps_run += 1
-                    if not _run_step(ctx, step, targets, total):
-                        incomplete += 1
-                    for name in ctx.dropped:   # its server is gone: the other targets go on
-                        plan.drop(name)
-                    step = plan.next_step(ctx.steps_run, judge)
-            finally:
-                _tear_down(targets, servers, ctx.log_dir)
-        status = "complete" if not incomplete and not ctx.dropped else "incomplete"
-        reason = "; ".join([f"{incomplete} steps incomplete (see steps.status_reason)"] * bool(incomplete)
-                           + list(ctx.dropped.values()))
-    except StepAborted as exc:
-        status, reason = "incomplete", f"stopped: {exc}"
-        log(f"run {run_id} {reason}")
-    except KeyboardInterrupt as exc:   # Ctrl-C, or Stopped (SIGTERM)
-        status, reason = "incomplete", f"stopped: {_why_stopped(exc)}"
+        stop.check()   # a stop signal during the start-up (Ray's): the run exists (the row above), nothing ran
+        try:
+            status, reason = _run_stages(ctx, placement, stages)
+        except StepAborted as exc:
+            status, reason = "incomplete", f"stopped: {exc}"
+            log(f"run {run_id} {reason}")
+        if report is not None:
+            flush(sink)   # every row on disk for the answer's queries
+            stop.during("the answer")
+            report(RunResult(run_id, str(results), status, reason))
+            stop.check()   # a stop signal during the answer's SQL let it finish; the run did not
+    except stop.Stopped as exc:
+        status, reason, exc.run_id = "incomplete", f"stopped: {exc}", run_id
         raise
     except Exception as exc:
         status, reason = "failed", f"{exc.__class__.__name__}: {exc}"
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
         _write_run(ctx, started, now_ns(), status, reason)
         flush(sink)   # a results folder that filled up or became unwritable ends the run here, in one line
     return RunResult(run_id, str(results), status, reason)
 
 
+def _run_stages(ctx: RunContext, placement: LocalPlacement, stages: list[tuple[TargetConfig, ...]]
+                ) -> tuple[str, str]:
+    """Every stage's plan, a step at a time, its servers up for its steps only; the run's status and reason."""
+    exp, log, resume = ctx.exp, ctx.log, ctx.resume
+    stop.during("bring-up")
+    placement.prepare(stages, log)
+    done = resume.done if resume else frozenset()
+    plans = [(stage_targets, make_plan(exp, stage_targets, done)) for stage_targets in stages]
+    sizes = [plan.total for _, plan in plans]
+    total = None if None in sizes else sum(s for s in sizes if s is not None)
+    what = counted(total, "step") if total is not None else (
+        "a capacity search" if exp.load.search else "steps until the SLO stops each target")
+    log(f"run {ctx.run_id}: {what} over {counted(len(exp.targets), 'target')} in "
+        f"{counted(len(stages), 'configuration')} -> {ctx.results}")
+    if resume:   # new step ids follow the old ones: no "step N/total" counter
+        total = None
+        log(f"resuming run {ctx.run_id}: {len(done)} finished steps kept, {len(resume.superseded)} left out "
+            f"(steps {', '.join(map(str, resume.superseded)) or 'none'}), new steps from {resume.next_step_id}")
+    incomplete = 0
+    for stage_targets, plan in plans:   # one server configuration each; servers restart between them
+        stop.check()
+        judge = ctx.judge(stage_targets)
+        if (step := plan.next_step(ctx.steps_run, judge)) is None:
+            continue   # a resumed run's stage that had finished: its servers are not started again
+        servers: list = []
+        targets: list[_Target] = []
+        try:
+            targets += _bring_up(ctx, stage_targets, placement, servers)
+            while step is not None:
+                ctx.steps_run += 1
+                if not _run_step(ctx, step, targets, total):
+                    incomplete += 1
+                for name in ctx.dropped:   # its server is gone: the other targets go on
+                    plan.drop(name)
+                step = plan.next_step(ctx.steps_run, judge)
+        finally:
+            stop.during("tear-down")
+            _tear_down(targets, servers, ctx.log_dir)
+    status = "complete" if not incomplete and not ctx.dropped else "incomplete"
+    reason = "; ".join([f"{incomplete} steps incomplete (see steps.status_reason)"] * bool(incomplete)
+                       + list(ctx.dropped.values()))
+    return status, reason
+
+
 def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placement: LocalPlacement, servers: list
               ) -> list[_Target]:
     """Launch the stage's servers on their nodes, create workers where the placement says, and preflight
-    every target before any load."""
+    every target before any load. `servers` gets each server actor with its launch, as soon as it is made."""
     exp, log, log_dir = ctx.exp, ctx.log, ctx.log_dir
+    stop.during("bring-up")
     urls: dict[str, str] = {}
-    launches = {}
+    launched = {}
     for t in stage_targets:
         if t.url is None:
             server = _actor(ServerProcess).options(**placement.server_options(t)).remote(t.name, str(log_dir))
-            servers.append(server)
-            launches[t.name] = placement.launch(server, t)
+            launched[t.name] = server
+            servers.append((server, placement.launch(server, t)))
         else:
             urls[t.name] = t.url
-    for name, ref in launches.items():
+    for name, (_, ref) in zip(launched, servers):
         try:
-            urls[name] = ray.get(ref, timeout=placement.health_timeout_s + 60)
+            urls[name] = stop.get(ref, timeout_s=placement.health_timeout_s + 60)
         except ray.exceptions.GetTimeoutError:
             raise TargetError(f"server {name} was not up within {placement.health_timeout_s:g} s + 60 s "
                               "(its actor could not be placed, or the launch hung)") from None
@@ -254,9 +255,9 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
                        f"{t.name}.w{i}", t, urls[t.name], (pool_name, k * n + i), sampling, ctx.sink_name, bars)
                    for i in range(n)]
         targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, [],
-                               dict(zip(launches, servers)).get(t.name)))
-    placement.verify([(t.config, t.workers) for t in targets], dict(zip(launches, servers)), log)
-    preflights = ray.get([t.workers[0].preflight.remote() for t in targets])
+                               launched.get(t.name)))
+    placement.verify([(t.config, t.workers) for t in targets], launched, log)
+    preflights = stop.get([t.workers[0].preflight.remote() for t in targets])
     for target, (info, options) in zip(targets, preflights):
         ray.get([w.configure.remote(options) for w in target.workers[1:]])
         target.info = info
@@ -264,9 +265,13 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
     samplers = telemetry.start_samplers([(t.config, t.url, t.info, t.server) for t in targets], placement, log)
     for target, sampler in zip(targets, samplers):
         target.gpu = sampler
+    stop.during("calibration")
     samples = calibration_prompts(exp.prompts)   # none without prompts.input_tokens
-    counts = (ray.get([t.workers[0].calibrate.remote(samples, exp.load.request_timeout_s) for t in targets])
+    if samples:
+        log(f"calibrating input tokens: {counted(len(samples), 'prompt')} per target")
+    counts = (stop.get([t.workers[0].calibrate.remote(samples, exp.load.request_timeout_s) for t in targets])
               if samples else [])
+    stop.during("bring-up")
     models: list[LengthModel | None] = [length_model(t.config.name, samples, c) for t, c in zip(targets, counts)]
     built = prompts_for(exp.prompts, models or [None] * len(targets), PROMPT_POOL)
     pool = _actor(PromptPool).options(name=pool_name).remote([p[i::n] for p in built for i in range(n)])
@@ -276,22 +281,26 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
         if model is not None:
             target.input_fit = model.to_json()
             log(f"target {target.config.name}: input tokens by {describe(model)}")
+    stop.check()
     return targets
 
 
-def _tear_down(targets: list[_Target], servers: list, log_dir: Path) -> None:
+def _tear_down(targets: list[_Target], servers: list[tuple[Any, Any]], log_dir: Path) -> None:
     """End a stage: close and remove its workers, stop its servers and keep their logs with the results
-    (a server on another node wrote its log there), then remove the server actors."""
+    (a server on another node wrote its log there), then remove the server actors. `servers`: (actor, launch)."""
     workers = [w for t in targets for w in t.workers]
+    # A server still starting when a stop signal came cannot be asked to stop: its actor is busy until /health
+    # answers (minutes for SGLang). It is only killed, below, and dies with its actor.
+    idle = [a for a, launch in servers if not stop.requested() or ray.wait([launch], timeout=0)[0]]
     logs = []
     try:
         ray.get([w.close.remote() for w in workers], timeout=30)
-        ray.get([s.stop.remote() for s in servers], timeout=60)
-        logs = ray.get([s.read_log.remote() for s in servers], timeout=60)
+        ray.get([s.stop.remote() for s in idle], timeout=60)
+        logs = ray.get([s.read_log.remote() for s in idle], timeout=60)
     except (ray.exceptions.RayError, TimeoutError):
         pass  # an actor that never started or already died: ray.kill below still ends its server
     finally:
-        for actor in workers + servers:
+        for actor in workers + [a for a, _ in servers]:
             ray.kill(actor)   # the server dies with its actor (PR_SET_PDEATHSIG)
         for t in targets:
             if t.gpu is not None:
@@ -326,6 +335,9 @@ class _Started:
 
 def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], total_steps: int | None) -> bool:
     """Run one step (each target at its own level), write its rows; False when it did not complete."""
+    what = f"step {step.step_id + 1}"
+    stop.during(f"the start of {what}")
+    stop.check()
     by_name = {t.config.name: t for t in all_targets}
     step, targets, infos = _before_step(ctx, step, [by_name[name] for name in step.targets])
     if not targets:
@@ -337,16 +349,20 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     gpus = [(t.config, t.gpu) for t in targets]
     telemetry.mark(gpus, ctx.sink, ctx.run_id, step.step_id, "step_start")
     times = _plan_times(ctx.exp.load, step)
+    # from here the clock says which part of the step runs; a closed-loop (adaptive) window's end is decided later
+    stop.during(f"the warm-up of {what}", [(times.measure_start, f"the window of {what}")] + (
+        [] if times.adaptive else [(times.measure_end, f"the drain of {what}")]))
     sink_incarnation = ray.get(ctx.sink.incarnation.remote())
     started = _start_workers(ctx, step, targets, times)
     name = f"[step {step.step_id + 1}" + (f"/{total_steps}]" if total_steps is not None else "]")
     _log_start(ctx, step, times, name)
-    interrupted: BaseException | None = None
+    interrupted: stop.Stopped | None = None
     ends = [times.measure_end] * len(targets)    # each target's window end
     try:
-        drain, ends = _wait_out(ctx, step, targets, started, times)
-    except KeyboardInterrupt as exc:   # Ctrl-C or SIGTERM: cut and write what the workers hold, then stop the run
+        drain, ends = _wait_out(ctx, step, targets, started, times, what)
+    except stop.Stopped as exc:   # Ctrl-C or SIGTERM: cut and write what the workers hold, then stop the run
         interrupted, drain = exc, Drain(False, {})
+    stop.during(f"the end of {what}")
     cut = "cut: the run was stopped" if interrupted else "cut at the end of the step (drain)"
     counts = stop_workers(started.active, drain, cut)
     t_end = now_ns()
@@ -359,6 +375,8 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     _write_step_rows(ctx, step, targets, checks, counts, reasons, (times, ends, t_end))
     deaths = _after_server_deaths(ctx, step.step_id, targets, [d for _, d in checks], t_end)
     reason = "; ".join(reasons)
+    if step.loads[0].probe:   # a search judges the step next: named before the line that says it is done
+        stop.during("the judge")
     _log_done(ctx, name, counts, lost, interrupted, reason, (t_end - times.start) / 1e9)
     load = ctx.exp.load
     if interrupted:
@@ -420,8 +438,8 @@ def _log_start(ctx: RunContext, step: PlannedStep, times: _Times, name: str) -> 
     ctx.log(f"{name} {_describe_loads(step.loads)}{repeat}: {window}")
 
 
-def _wait_out(ctx: RunContext, step: PlannedStep, targets: list[_Target], started: _Started, times: _Times
-              ) -> tuple[Drain, list[int]]:
+def _wait_out(ctx: RunContext, step: PlannedStep, targets: list[_Target], started: _Started, times: _Times,
+              what: str) -> tuple[Drain, list[int]]:
     """Wait through the window and the drain; returns how the drain ended and each target's window end."""
     load = ctx.exp.load
     ends = [times.measure_end] * len(targets)
@@ -435,17 +453,18 @@ def _wait_out(ctx: RunContext, step: PlannedStep, targets: list[_Target], starte
         max_s = step.max_measure_s or load.max_measure_s or 5 * load.measure_s
         ends = close_windows(started.by_target, [t.config.name for t in targets], times.measure_end,
                              times.measure_s, max_s, needs, ctx.log)
+        stop.during(f"the drain of {what}")
     t_me = max(ends)
     return wait_for_drain(started.active, t_me, t_me + int(load.drain_timeout_s * 1e9), load), ends
 
 
 def _step_reasons(ctx: RunContext, started: _Started, drain: Drain, lost: list[int],
-                  interrupted: BaseException | None, sink_incarnation: int) -> list[str]:
+                  interrupted: stop.Stopped | None, sink_incarnation: int) -> list[str]:
     """Why the step is incomplete (nothing when it ran in full)."""
     reasons = started.unavailable + [f"worker {p.worker if p else '?'} died ({why}): {n} requests recorded as lost"
                                      for (p, why), n in zip(drain.dead.values(), lost)]
     if interrupted:
-        reasons.append(f"run stopped ({_why_stopped(interrupted)}); requests in flight were cut")
+        reasons.append(f"run stopped ({interrupted}); requests in flight were cut")
     elif drain.budget:
         reasons.append(drain.budget)
     elif not drain.drained and not drain.dead:
@@ -473,7 +492,7 @@ def _write_step_rows(ctx: RunContext, step: PlannedStep, targets: list[_Target],
     ray.get(ctx.sink.flush.remote())
 
 
-def _log_done(ctx: RunContext, name: str, counts: list[dict], lost: list[int], interrupted: BaseException | None,
+def _log_done(ctx: RunContext, name: str, counts: list[dict], lost: list[int], interrupted: stop.Stopped | None,
               reason: str, seconds: float) -> None:
     total: dict[str, int] = {"lost": sum(lost)} if any(lost) else {}
     for c in counts:

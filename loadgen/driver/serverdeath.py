@@ -27,6 +27,7 @@ import ray
 from tenacity import Retrying, stop_after_attempt, stop_after_delay, wait_exponential
 
 from loadgen.config import LoadConfig
+from loadgen.driver import stop
 from loadgen.errors import TargetError
 
 RESTART_ATTEMPTS = 3      # tries to bring a dead server up again, per death
@@ -116,12 +117,12 @@ def recover(target: Any, load: LoadConfig, deaths_so_far: int, log: Callable[[st
     started = time.monotonic()
     try:
         if target.server is not None:
-            for attempt in Retrying(stop=stop_after_attempt(RESTART_ATTEMPTS), reraise=True,
+            for attempt in Retrying(stop=stop_after_attempt(RESTART_ATTEMPTS), reraise=True, sleep=stop.sleep,
                                     wait=wait_exponential(multiplier=1, max=8)):
                 with attempt:
-                    ray.get(target.server.restart.remote())
+                    stop.get(target.server.restart.remote())
         else:
-            for attempt in Retrying(stop=stop_after_delay(load.server_retry_s), reraise=True,
+            for attempt in Retrying(stop=stop_after_delay(load.server_retry_s), reraise=True, sleep=stop.sleep,
                                     wait=wait_exponential(multiplier=0.5, max=5)):
                 with attempt:
                     _server_info(target)

@@ -2,11 +2,11 @@
 over, whether the error budget is spent, and the `lost` rows of workers that died.
 
 The worker's side is `LoadWorker.close_window`, `measure_sent_count` and `progress` (a `WorkerProgress`).
+Both waits end with stop.Stopped within a poll of a stop signal (loadgen.driver.stop).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +16,7 @@ import ray
 from loadgen.client.messages import NOT_FAILED, WorkerProgress
 from loadgen.clock import now_ns
 from loadgen.config import LoadConfig
+from loadgen.driver import stop
 from loadgen.results import schema
 
 POLL_S = 0.2
@@ -39,7 +40,7 @@ def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_
     t_max_end = t_ms + int(max_measure_s * 1e9)
     ends: list[int | None] = [None] * len(groups)
     while now_ns() < t_min_end:
-        time.sleep(min(POLL_S, max((t_min_end - now_ns()) / 1e9, 0.0)))
+        stop.sleep(min(POLL_S, max((t_min_end - now_ns()) / 1e9, 0.0)))
     while None in ends:
         for g, workers in enumerate(groups):
             if ends[g] is not None:
@@ -54,7 +55,7 @@ def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_
                     log(f"  {names[g]}: window extended to {(t - t_ms) / 1e9:.1f} s to hold {needs[g]} measured "
                         "requests" + (" (max_measure_s reached)" if t >= t_max_end else ""))
         if None in ends:
-            time.sleep(POLL_S)
+            stop.sleep(POLL_S)
     return ends  # type: ignore[return-value]
 
 
@@ -76,7 +77,7 @@ def wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load: Loa
     dead: dict[int, tuple[WorkerProgress | None, str]] = {}
     while True:
         if now_ns() < t_measure_end:
-            time.sleep(min(POLL_S, max((t_measure_end - now_ns()) / 1e9, 0.0)))
+            stop.sleep(min(POLL_S, max((t_measure_end - now_ns()) / 1e9, 0.0)))
         for i, ref in [(i, w.progress.remote()) for i, w in enumerate(workers) if i not in dead]:
             try:
                 last[i] = ray.get(ref)
@@ -92,7 +93,7 @@ def wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load: Loa
         if now_ns() >= t_deadline:
             return Drain(False, dead)
         if now_ns() >= t_measure_end:
-            time.sleep(POLL_S)
+            stop.sleep(POLL_S)
 
 
 def _over_budget(budget: float | None, progress: list[WorkerProgress]) -> str | None:
