@@ -2,8 +2,8 @@
 
 The kind comes from the text itself, never from a client label: a real draft accepts more on code because
 code is predictable, whatever the client calls it. A prompt whose instruction asks for one of Spec-Bench's task
-families (a line that starts "Translate", "Summarize"/"Summarise", "Solve", "Answer ... documents", "Answer" or
-"Question:", after an optional "User:" or "Please") is that family; the last such line wins, so a conversation
+families (a line that starts "Translate", "Summarize"/"Summarise", "Solve", "Answer ... documents" or "Answer", after
+an optional "User:" or "Please") is that family; the last such line wins, so a conversation
 keeps its task until a later turn asks for another. Otherwise it is code or prose by its code signals. Token
 counts are approximated as ceil(chars / 4) (the usual ~4 characters per BPE token for English and code);
 `input_ids` are counted exactly.
@@ -26,7 +26,7 @@ FAMILIES = ("translation", "summarization", "rag", "math", "qa")   # Spec-Bench'
 _FAMILY = re.compile(
     r"^(?:user:\s*)?(?:please\s+)?(?:(?P<translation>translate)\b|(?P<summarization>summari[sz]e|tl;?dr)\b"
     r"|(?P<rag>answer)\b[^\n]*\b(?:documents?|sources|search results)\b|(?P<math>solve)\b"
-    r"|(?P<qa>answer\b|question:))", re.IGNORECASE | re.MULTILINE)
+    r"|(?P<qa>answer)\b)", re.IGNORECASE | re.MULTILINE)
 
 
 def estimate_tokens(text: str) -> int:
