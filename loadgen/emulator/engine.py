@@ -104,7 +104,8 @@ class EmuRequest:
         """The ground-truth row of GET /emulator/requests."""
         return {"rid": self.rid, "id": self.id, "kind": self.kind, "route": self.route,
                 "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
-                "completion_tokens": self.completion_tokens,
+                "prompt_chars": len(self.prompt) if isinstance(self.prompt, str) else None,
+                "output_chars": len(self.text), "completion_tokens": self.completion_tokens,
                 "spec_verify_ct": self.spec_verify_ct,
                 "finish_reason": self.finish_reason["type"] if self.finish_reason else None,
                 "status": self.status, "fault": self.fault.record() if self.fault else None,
