@@ -8,6 +8,7 @@ that process (by PID) at exit.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -107,3 +108,22 @@ class LlamaServer:
                 self.proc.kill()
                 self.proc.wait(10)
         self.log.close()
+
+
+_TIMING = re.compile(r"task (\d+) \| +(prompt eval|eval|total) time = +([\d.]+) ms / +(\d+) tokens")
+_DRAFT = re.compile(r"task (\d+) \| draft acceptance = [\d.]+ \( *(\d+) accepted / *(\d+) generated\)")
+
+
+def server_log_timings(text: str) -> list[dict]:
+    """llama-server's own per-request figures, from the lines its slot prints when a request ends
+    (server-context.cpp print_timings): prompt eval time / tokens, eval time / tokens, drafts accepted."""
+    tasks: dict[int, dict] = {}
+    for m in _TIMING.finditer(text):
+        t = tasks.setdefault(int(m[1]), {})
+        if m[2] == "prompt eval":
+            t["prompt_ms"], t["prompt_n"] = float(m[3]), int(m[4])
+        elif m[2] == "eval":
+            t["gen_ms"], t["gen_n"] = float(m[3]), int(m[4])
+    for m in _DRAFT.finditer(text):
+        tasks.setdefault(int(m[1]), {}).update(accepted=int(m[2]), drafted=int(m[3]))
+    return [dict(t, task=task) for task, t in sorted(tasks.items()) if "gen_ms" in t]

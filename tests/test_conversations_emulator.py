@@ -21,8 +21,9 @@ from loadgen.results import analysis
 
 USERS = 3
 PROMPTS = {"seed": 4, "max_new_tokens": 16, "ignore_eos": True,
-           "sources": [{"kind": "conversation", "turns": {"min": 2, "max": 4}, "think_time_s": {"min": 0.05, "max": 0.3},
-                        "tasks": ["code", "prose", "math"], "shared_prefix_tokens": 128, "prefixes": 2}]}
+           "sources": [{"kind": "conversation", "turns": {"min": 2, "max": 4},
+                        "think_time_s": {"min": 0.05, "max": 0.3}, "tasks": ["code", "prose", "math"],
+                        "shared_prefix_tokens": 128, "prefixes": 2}]}
 EMULATOR = ("--model-path", "m", "--speculative-algorithm", "NEXTN", "--speculative-num-draft-tokens", "4",
             "--time-scale", "20")
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 from pathlib import Path
 
 import aiohttp
@@ -27,7 +26,7 @@ import pytest
 from aiohttp import web
 
 from conftest import serve_app
-from llamaserver import LlamaServer
+from llamaserver import LlamaServer, server_log_timings
 from loadgen.config import parse_experiment
 from loadgen.driver.runner import run_experiment
 from loadgen.results import analysis
@@ -76,25 +75,6 @@ def llama_run(ray_local, llama, tmp_path_factory):
         logged = server_log_timings(llama.tail_bytes()[log_at:].decode("utf-8", "replace"))
         runs[concurrency] = (con, {k: after[k] - before.get(k, 0.0) for k in after}, logged)
     return runs
-
-
-_TIMING = re.compile(r"task (\d+) \| +(prompt eval|eval|total) time = +([\d.]+) ms / +(\d+) tokens")
-_DRAFT = re.compile(r"task (\d+) \| draft acceptance = [\d.]+ \( *(\d+) accepted / *(\d+) generated\)")
-
-
-def server_log_timings(text: str) -> list[dict]:
-    """llama-server's own per-request figures, from the lines its slot prints when a request ends
-    (server-context.cpp print_timings): prompt eval time / tokens, eval time / tokens, drafts accepted."""
-    tasks: dict[int, dict] = {}
-    for m in _TIMING.finditer(text):
-        t = tasks.setdefault(int(m[1]), {})
-        if m[2] == "prompt eval":
-            t["prompt_ms"], t["prompt_n"] = float(m[3]), int(m[4])
-        elif m[2] == "eval":
-            t["gen_ms"], t["gen_n"] = float(m[3]), int(m[4])
-    for m in _DRAFT.finditer(text):
-        tasks.setdefault(int(m[1]), {}).update(accepted=int(m[2]), drafted=int(m[3]))
-    return [dict(t, task=task) for task, t in sorted(tasks.items()) if "gen_ms" in t]
 
 
 def test_auto_names_llama_cpp_and_records_it_in_steps(llama_run):
