@@ -4,6 +4,8 @@ says (the Spec-Bench ratios in profiles/algorithms/*.toml)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from httpcalls import request
@@ -114,7 +116,7 @@ def test_cached_tokens_are_reported_where_sglang_reports_them():
     """Native meta_info always; OpenAI usage.prompt_tokens_details only with --enable-cache-report; the ground
     truth (/emulator/requests) has the same count; /flush_cache empties the cache."""
     system = "You answer questions about the harbour's timetable. " * 30
-    with EmulatorThread(["--hardware", "zero", "--enable-cache-report"]) as emu:
+    with EmulatorThread(["--hardware", "zero", "--enable-cache-report", "--enable-metrics"]) as emu:
         first = _post(emu.port, "/v1/chat/completions", {
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": "When?"}],
             "max_tokens": 8, "rid": "c1"})
@@ -132,6 +134,9 @@ def test_cached_tokens_are_reported_where_sglang_reports_them():
                  ["requests"]}
         assert truth["c2"]["cached_tokens"] == cached
         assert native["meta_info"]["cached_tokens"] == truth["n1"]["cached_tokens"] == 0  # another template
+        metrics = request(emu.port, "GET", "/metrics")[2].decode()
+        total = sum(t["cached_tokens"] for t in truth.values())
+        assert re.search(rf"^sglang:cached_tokens_total{{[^}}]*}} {float(total)}$", metrics, re.M), total
         request(emu.port, "POST", "/flush_cache")
         again = _post(emu.port, "/v1/chat/completions", {
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": "When?"}],

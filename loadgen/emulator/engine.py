@@ -126,6 +126,8 @@ class Counters:
     log_t: float = field(default_factory=time.perf_counter)
     num_requests_total: int = 0
     prompt_tokens_total: int = 0
+    cached_tokens_total: int = 0    # prompt tokens served from the prefix cache (matched at admission)
+    admitted_prompt_tokens: int = 0   # prompt tokens of the requests admitted: the hit rate's denominator
     generation_tokens_total: int = 0
     spec_verify_calls_total: int = 0
 
@@ -273,6 +275,8 @@ class Engine:
             req.t_admitted_ns = time.time_ns()
             if self.prefix_cache is not None and req.prompt is not None:   # at most all but the last token
                 req.cached_tokens = min(self.prefix_cache.match(cache_tokens(req.prompt)), req.prompt_tokens - 1)
+            self.counters.cached_tokens_total += req.cached_tokens
+            self.counters.admitted_prompt_tokens += req.prompt_tokens
             self.running.append(req)
             admitted.append(req)
         return admitted
