@@ -42,12 +42,12 @@ class SourceConfig:
     weight: float                     # normalised: the sources' weights sum to 1
     name: str                         # label in describe() and in dataset templates
     builtin: str | None = None        # a key of BUILTIN_TEMPLATES, or "conversation"
-    templates: tuple[str, ...] = ()   # built-ins: the task templates drawn from (all by default; conversation:
-    #                                   "<kind>/<template>" of its opening kinds)
+    templates: tuple[str, ...] = ()   # built-ins: the task templates drawn from (all by default; a conversation
+    #                                   opens with every template of its `conversation.tasks`)
     format: str | None = None         # dataset format, one of FORMATS
     path: Path | None = None          # dataset file (humaneval: None = the package's own data)
     kind: str | None = None           # datasets: forces this kind on every row
-    conversation: ConversationConfig | None = None   # kind = "conversation": sessions opened by `templates`' kinds
+    conversation: ConversationConfig | None = None   # kind = "conversation": turns, think time, opening kinds
     shared_prefix_tokens: int | None = None   # each prompt starts with one of `prefixes` shared contexts this long
     prefixes: int = 1
 
@@ -209,13 +209,10 @@ def _shared_prefix(entry: dict, key: str) -> tuple[int | None, int]:
 
 def _conversation(entry: dict, key: str, weight: float) -> SourceConfig:
     _reject_unknown(entry, _CONVERSATION_KEYS, key)
-    single_turn = tuple(k for k in BUILTIN_TEMPLATES)
-    conversation = parse_conversation(entry, key, single_turn)
+    conversation = parse_conversation(entry, key, tuple(BUILTIN_TEMPLATES))
     name = "conversation" if conversation.tasks == ("code", "prose") else \
         f"conversation[{'+'.join(conversation.tasks)}]"
-    templates = tuple(f"{kind}/{t}" for kind in conversation.tasks for t in BUILTIN_TEMPLATES[kind])
-    return SourceConfig(key=key, weight=weight, name=name, builtin="conversation", templates=templates,
-                        conversation=conversation)
+    return SourceConfig(key=key, weight=weight, name=name, builtin="conversation", conversation=conversation)
 
 
 def _builtin(entry: dict, key: str, weight: float) -> SourceConfig:
