@@ -66,12 +66,14 @@ FROM (FROM results_table('steps', by_name := true)
       UNION ALL BY NAME SELECT NULL::VARCHAR AS probe, NULL::VARCHAR AS hardware WHERE false)
 WHERE kept(run_id, step_id);
 
--- Schema 5 added requests.prompt_tokens_target, schema 6 requests.resent (NULL in older files). Read by name only
--- when the folder mixes schema versions (analysis sets mixed_schemas): by position a newer file first fails, an
--- older first drops it.
+-- Schema 5 added requests.prompt_tokens_target; schema 6 resent, session_id, turn and shared_prefix (NULL in
+-- older files). Read by name only when the folder mixes schema versions (analysis sets mixed_schemas): by
+-- position a newer file first fails, an older first drops it.
 CREATE OR REPLACE VIEW requests AS
 FROM (FROM results_table('requests', by_name := coalesce(getvariable('mixed_schemas'), false))
-      UNION ALL BY NAME SELECT NULL::BIGINT AS prompt_tokens_target, NULL::BOOLEAN AS resent WHERE false)
+      UNION ALL BY NAME SELECT NULL::BIGINT AS prompt_tokens_target, NULL::BOOLEAN AS resent,
+                               NULL::VARCHAR AS session_id, NULL::INTEGER AS turn, NULL::VARCHAR AS shared_prefix
+                        WHERE false)
 WHERE kept(run_id, step_id);
 
 CREATE OR REPLACE VIEW frames AS FROM results_table('frames') WHERE kept(run_id, step_id);
@@ -125,7 +127,8 @@ WHERE CASE WHEN getvariable('baseline') IS NULL THEN series_rank = 1
 -- least 2 tokens and a known completion_tokens, acceptance needs spec_verify_ct > 0.
 CREATE OR REPLACE VIEW measured AS
 SELECT s.run_id, s.step_id, s.target, r.request_id, r.prompt_kind, r.status, r.completion_tokens,
-       r.spec_verify_ct, r.spec_accept_length,
+       r.spec_verify_ct, r.spec_accept_length, r.session_id, r.turn, r.shared_prefix, r.prompt_tokens,
+       r.cached_tokens,
        (r.t_first_token_ns - r.t_sent_ns) / 1e6 AS ttft_ms,
        (r.t_done_ns - r.t_sent_ns) / 1e6 AS e2e_ms,
        CASE WHEN r.completion_tokens > 1

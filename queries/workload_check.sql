@@ -9,7 +9,8 @@
 --                       so with ignore_eos a request ends by 'length'): the server ignored ignore_eos (the
 --                       outputs, and so throughput and TPOT, are not the workload asked for)
 --   prompt_tokens / cached_tokens   sums over the measured ok requests that report them (usage
---                       prompt_tokens_details.cached_tokens; llama.cpp timings.cache_n)
+--                       prompt_tokens_details.cached_tokens; llama.cpp timings.cache_n) and are not meant to reuse
+--                       a prefix (conversation turns and shared contexts are: queries/by_turn.sql, prefix_cache.sql)
 --   cached_pct          100 * cached / prompt tokens: a prefix served from the server's cache instead of computed
 --                       (loadgen asks llama.cpp for cache_prompt false and flushes SGLang's cache between steps)
 --   input_tokens_asked / input_tokens_actual   mean prompt_tokens_target and mean server-counted prompt_tokens
@@ -29,14 +30,15 @@ WITH cfg AS (
            CASE WHEN grouping(r.prompt_kind) = 1 THEN '(all)' ELSE r.prompt_kind END AS prompt_kind,
            count(*) AS ok_requests,
            count(*) FILTER (r.finish_reason = 'stop') AS stops,
-           sum(r.prompt_tokens) FILTER (r.cached_tokens IS NOT NULL) AS prompt_tokens,
-           sum(r.cached_tokens) AS cached_tokens,
+           sum(r.prompt_tokens) FILTER (r.cached_tokens IS NOT NULL AND NOT planned) AS prompt_tokens,
+           sum(r.cached_tokens) FILTER (NOT planned) AS cached_tokens,
            any_value(c.ignore_eos) AS ignore_eos,
            avg(r.prompt_tokens_target) AS asked,
            avg(r.prompt_tokens) FILTER (r.prompt_tokens_target IS NOT NULL) AS actual,
            quantile_cont(r.prompt_tokens / r.prompt_tokens_target, 0.05) AS ratio_p5,
            quantile_cont(r.prompt_tokens / r.prompt_tokens_target, 0.95) AS ratio_p95
-    FROM requests r LEFT JOIN cfg c USING (run_id)
+    FROM (SELECT *, session_id IS NOT NULL OR shared_prefix IS NOT NULL AS planned FROM requests) r
+    LEFT JOIN cfg c USING (run_id)
     WHERE r.phase = 'measure' AND r.status = 'ok'
     GROUP BY GROUPING SETS ((r.run_id, r.step_id, r.target), (r.run_id, r.step_id, r.target, r.prompt_kind))
     HAVING grouping(r.prompt_kind) = 1 OR count(r.prompt_tokens_target) > 0

@@ -75,7 +75,7 @@ def test_question_jsonl_categories_map_to_kinds(tmp_path: Path):
         ("prose", "questions/spec_bench/writing", "Compose a blog post."),
         ("code", "questions/spec_bench/coding", "Write a program."),
         ("math", "questions/spec_bench/math_reasoning", "2+2?"),
-        ("grounded", "questions/spec_bench/summarization", "Summarise: ..."),
+        ("summarization", "questions/spec_bench/summarization", "Summarise: ..."),
         ("prose", "questions/spec_bench/arena-hard-v0.1", "Hard one."),
         ("prose", "questions/spec_bench/creative_writing", "A poem."),
     ]

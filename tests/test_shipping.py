@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import ray
@@ -209,7 +210,8 @@ def test_no_request_or_frame_is_lost_or_shipped_twice_across_many_flushes(ray_lo
 
 def test_a_row_has_every_requests_column_measured_ones_from_the_state_by_name(ray_local):
     sink = GatedSink.remote()
-    s = StreamState("rq", PROMPT, "measure", 11, None)  # type: ignore[arg-type]   # no frames here
+    turn = replace(PROMPT, session_id="sess-1", turn=2, shared_prefix="code#1")   # a conversation's second turn
+    s = StreamState("rq", turn, "measure", 11, None)  # type: ignore[arg-type]   # no frames here
     values = {"server_request_id": "srv-9", "prompt_tokens": 101, "completion_tokens": 102, "cached_tokens": 103,
               "spec_verify_ct": 104, "spec_accept_length": 2.5, "finish_reason": "length", "t_sent_ns": 12,
               "t_headers_ns": 13, "t_first_token_ns": 14, "t_last_token_ns": 15, "t_done_ns": 16,
@@ -227,7 +229,7 @@ def test_a_row_has_every_requests_column_measured_ones_from_the_state_by_name(ra
     row = asyncio.run(scenario())
     expected = dict(values, request_id="rq", phase="measure", t_scheduled_ns=11, run_id="run-1", step_id=4,
                     target="tgt", node="node-a", worker="w3", prompt_id="p7", prompt_kind="code", template="tmpl",
-                    prompt_tokens_target=512)
+                    session_id="sess-1", turn=2, shared_prefix="code#1", prompt_tokens_target=512)
     assert set(row) == set(schema.REQUESTS.names)
     assert row == expected
     [written] = ray.get(sink.rows.remote("requests"))

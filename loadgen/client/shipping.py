@@ -68,6 +68,7 @@ class RowShipper:
         self.write_checks: list[asyncio.Future] = []  # finished writes whose errors end_step must still raise
         self.step: StepSpec | None = None
         self.window_open_until_ns = 0        # the window is known to reach at least this far
+        self.holds_level = True              # closed loop keeps C requests in flight (not when users think)
 
     def begin(self, step: StepSpec) -> None:
         """A step starts: its rows carry its ids, and its window is known to reach its planned minimum end."""
@@ -134,7 +135,7 @@ class RowShipper:
         batches = {}
         if rows["t_ns"]:
             constants = {"run_id": step.run_id, "step_id": step.step_id, "worker": self.worker,
-                         "node": self.node, "target_in_flight": step.concurrency}
+                         "node": self.node, "target_in_flight": step.concurrency if self.holds_level else None}
             batches["client_samples"] = schema.batch_from_columns("client_samples", rows, constants)
         if server_rows:
             batches["server_samples"] = schema.batch_from_rows("server_samples", server_rows)
@@ -188,4 +189,5 @@ class RowShipper:
         assert step is not None
         return dict(zip(MEASURED, _measured(s)), run_id=step.run_id, step_id=step.step_id, target=self.target,
                     node=self.node, worker=self.worker, prompt_id=p.prompt_id, prompt_kind=p.kind,
-                    template=p.template, prompt_tokens_target=p.target_tokens)
+                    template=p.template, session_id=p.session_id, turn=p.turn, shared_prefix=p.shared_prefix,
+                    prompt_tokens_target=p.target_tokens)

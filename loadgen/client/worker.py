@@ -24,11 +24,11 @@ import psutil
 import ray
 from ray.experimental import tqdm_ray
 
-from loadgen.client import arrivals, calibrate
+from loadgen.client import arrivals, calibrate, sessions
 from loadgen.client.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
 from loadgen.client.messages import StepSpec, WorkerProgress
 from loadgen.client.protocol import adapter_for
-from loadgen.client.protocol.base import SamplingSpec, StreamState
+from loadgen.client.protocol.base import Adapter, SamplingSpec, StreamState
 from loadgen.client.protocol.openai import OpenAIOptions
 from loadgen.client.shipping import RowShipper, move_to_drain
 from loadgen.clock import now_ns
@@ -203,6 +203,7 @@ class LoadWorker:
         self.measure_sent = 0
         self.window_end_ns = step.t_measure_end_ns
         self.shipper.begin(step)
+        self.shipper.holds_level = not sessions.users_think(self.prompts)   # users who think hold no request
         self.sent = 0
         self.outcomes = {}
         level = f"C={step.concurrency}" if step.arrivals is None else f"rate={step.arrivals.rate:g}/s"
@@ -232,9 +233,23 @@ class LoadWorker:
         all finishing at once) through the window."""
         with contextlib.suppress(TimeoutError):   # a stop during a long warm-up must not wait out the delay
             await asyncio.wait_for(self.stopping.wait(), start_delay_ns / 1e9)
-        while self.issuing and (step.max_requests is None or self.sent < step.max_requests):
-            if await self._request(step, next(cursor), now_ns()) == "client_error":
+        while self._may_send(step):
+            if await self._prompt(step, next(cursor), now_ns()) == "client_error":
                 await asyncio.sleep(CONNECT_BACKOFF_S)  # a dead server must not turn a slot into a busy loop
+
+    def _may_send(self, step: StepSpec) -> bool:
+        return self.issuing and (step.max_requests is None or self.sent < step.max_requests)
+
+    async def _prompt(self, step: StepSpec, n: int, t_scheduled: int) -> str:
+        """Prompt n: one request, or the session it opens (loadgen.client.sessions). Returns the last status."""
+        prompt = self.prompts[n % len(self.prompts)]
+        if prompt.conversation is None:
+            return await self._request(step, n, t_scheduled)
+        assert self.adapter is not None   # chosen at start, or by preflight/configure before any load
+        return await sessions.run_session(
+            prompt, f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", t_scheduled, self.adapter,
+            lambda turn, adapter, t, suffix: self._request(step, n, t, turn, adapter, suffix),
+            lambda: self._may_send(step))
 
     async def _open_loop(self, step: StepSpec, spec: arrivals.ArrivalSpec) -> None:
         """Send each arrival at its planned time, whatever is in flight. At the in-flight cap an arrival waits
@@ -254,7 +269,7 @@ class LoadWorker:
                     self.measure_open -= 1
                 await _sleep_until(t_scheduled)
                 await slots.acquire()
-                task = asyncio.create_task(self._request(step, k, t_scheduled))
+                task = asyncio.create_task(self._prompt(step, k, t_scheduled))
                 task.add_done_callback(lambda _: slots.release())
                 task.add_done_callback(self.open_requests.discard)
                 self.open_requests.add(task)
@@ -262,15 +277,16 @@ class LoadWorker:
             if window_open:
                 self.measure_open -= 1
 
-    async def _request(self, step: StepSpec, n: int, t_scheduled: int) -> str:
-        """One request, its phase by its planned time, to its end; always leaves exactly one row. Returns
-        its status."""
-        prompt = self.prompts[n % len(self.prompts)]
+    async def _request(self, step: StepSpec, n: int, t_scheduled: int, prompt: Prompt | None = None,
+                       adapter: Adapter | None = None, suffix: str = "") -> str:
+        """One request (prompt n, or a session's turn: its prompt, adapter and id suffix), its phase by its planned
+        time, to its end; always leaves exactly one row. Returns its status."""
+        prompt = prompt or self.prompts[n % len(self.prompts)]
         phase = ("warmup" if t_scheduled < step.t_measure_start_ns else
                  "measure" if t_scheduled < self.window_end_ns else "drain")
-        state = StreamState(f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", prompt, phase, t_scheduled,
+        state = StreamState(f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}{suffix}", prompt, phase, t_scheduled,
                             self.shipper.frames)
-        adapter = self.adapter
+        adapter = adapter or self.adapter
         assert adapter is not None   # chosen at start, or by preflight/configure before any load
         body = adapter.body(state.request_id, prompt, self.sampling)
         self.sent += 1

@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stream-interval", type=positive_int, default=1)
     g.add_argument("--incremental-streaming-output", action="store_true")
     g.add_argument("--enable-metrics", action="store_true")
+    g.add_argument("--disable-radix-cache", action="store_true",
+                   help="no prefix cache: every prompt is prefilled whole and cached_tokens is 0")
+    g.add_argument("--enable-cache-report", action="store_true",
+                   help="OpenAI routes report usage.prompt_tokens_details.cached_tokens")
     g.add_argument("--api-key", default=os.environ.get("LOADGEN_EMULATOR_API_KEY") or None,
                    help="or LOADGEN_EMULATOR_API_KEY in the environment (kept out of the process list)")
     g.add_argument("--decode-log-interval", type=positive_int, default=40)

@@ -6,6 +6,9 @@ random number of tokens per verify step (a truncated geometric draw: each drafte
 the request's probability, until the first rejection; plus the bonus token). Admission is bounded by
 --max-running-requests and a KV-token budget (prompt + max_new_tokens reserved per request), and, as SGLang
 0.5.23 does for DFLASH by default, held back while fewer than min_free_slots batch slots are free.
+With a prefix cache (SGLang's radix cache, prefixcache.py) a request's cached leading tokens are matched when it is
+admitted, reported as cached_tokens and left out of its prefill's compute; its prompt is cached once prefilled, its
+prompt + output once finished.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Protocol
 from loadgen.emulator import vocab
 from loadgen.emulator.costmodel import IDLE, CostModel, Forward
 from loadgen.emulator.faults import Fault
+from loadgen.emulator.prefixcache import PrefixCache, cache_tokens
 from loadgen.emulator.profiles import ModelProfile
 from loadgen.emulator.spec import SpecConfig
 
@@ -57,6 +61,8 @@ class EmuRequest:
     stream_interval: int
     min_new_tokens: int = 0
     fault: Fault | None = None
+    prompt: str | list[int] | None = None   # what the prefix cache sees (None: the request is never cached)
+    cached_tokens: int = 0          # leading prompt tokens found in the prefix cache at admission
     t_received_ns: int = field(default_factory=time.time_ns)
     t_admitted_ns: int = 0
     t_first_ns: int = 0
@@ -97,7 +103,9 @@ class EmuRequest:
     def record(self) -> dict:
         """The ground-truth row of GET /emulator/requests."""
         return {"rid": self.rid, "id": self.id, "kind": self.kind, "route": self.route,
-                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+                "prompt_chars": len(self.prompt) if isinstance(self.prompt, str) else None,
+                "output_chars": len(self.text), "completion_tokens": self.completion_tokens,
                 "spec_verify_ct": self.spec_verify_ct,
                 "finish_reason": self.finish_reason["type"] if self.finish_reason else None,
                 "status": self.status, "fault": self.fault.record() if self.fault else None,
@@ -118,6 +126,8 @@ class Counters:
     log_t: float = field(default_factory=time.perf_counter)
     num_requests_total: int = 0
     prompt_tokens_total: int = 0
+    cached_tokens_total: int = 0    # prompt tokens served from the prefix cache (matched at admission)
+    admitted_prompt_tokens: int = 0   # prompt tokens of the requests admitted: the hit rate's denominator
     generation_tokens_total: int = 0
     spec_verify_calls_total: int = 0
 
@@ -141,12 +151,15 @@ class Engine:
 
     def __init__(self, cost: CostModel, spec: SpecConfig, model: ModelProfile, *, max_running: int,
                  max_queued: int | None, seed: int, decode_log_interval: int,
-                 max_prefill_tokens: int = 16384, min_free_slots: int | None = None) -> None:
+                 max_prefill_tokens: int = 16384, min_free_slots: int | None = None,
+                 prefix_cache: bool = True) -> None:
+        """`prefix_cache`: SGLang's radix cache (off: --disable-radix-cache), as large as the KV pool."""
         self.cost, self.spec, self.model = cost, spec, model
         self.max_prefill_tokens = max_prefill_tokens
         self.min_free_slots = min_free_slots
         self.max_running, self.max_queued = max_running, max_queued
         self.kv_budget = int(model.kv_pool_tokens * spec.profile.kv_pool_fraction)
+        self.prefix_cache = PrefixCache(self.kv_budget) if prefix_cache else None
         self.decode_log_interval = max(1, decode_log_interval)
         self.rng = random.Random(seed)
         self.waiting: deque[EmuRequest] = deque()
@@ -233,7 +246,9 @@ class Engine:
         return done
 
     def flush(self) -> None:
-        """/flush_cache: reset the speculative counters (lifetime averages start again)."""
+        """/flush_cache: empty the prefix cache and reset the speculative counters (lifetime averages start again)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
         c = self.counters
         c.verify_steps = c.verify_tokens = 0
         c.avg_spec_accept_length = 0.0
@@ -269,6 +284,10 @@ class Engine:
             self._kv_used += need
             req.status = "running"
             req.t_admitted_ns = time.time_ns()
+            if self.prefix_cache is not None and req.prompt is not None:   # at most all but the last token
+                req.cached_tokens = min(self.prefix_cache.match(cache_tokens(req.prompt)), req.prompt_tokens - 1)
+            self.counters.cached_tokens_total += req.cached_tokens
+            self.counters.admitted_prompt_tokens += req.prompt_tokens
             self.running.append(req)
             admitted.append(req)
         return admitted
@@ -291,7 +310,7 @@ class Engine:
         None: nothing can run until a request arrives or leaves."""
         admitted = self._admit()
         if admitted:
-            self.last_forward = self.cost.prefill([r.prompt_tokens for r in admitted])
+            self.last_forward = self.cost.prefill([r.prompt_tokens - r.cached_tokens for r in admitted])
             return "prefill", admitted, self.last_forward.seconds
         if not self.running:
             return None
@@ -304,6 +323,7 @@ class Engine:
         if kind == "prefill":
             for req in batch:
                 if req.status == "running":
+                    self._cache(req, finished=False)
                     self._append(req, 1, verify=False)
         else:
             self._decode(batch)
@@ -321,6 +341,15 @@ class Engine:
                 self.gpu.on_forward(self.last_forward)
             await self._sleep(seconds)
             self.complete_step(kind, batch)
+
+    def _cache(self, req: EmuRequest, finished: bool) -> None:
+        """Hold a prefilled prompt, or a finished request's prompt + output, in the prefix cache."""
+        prompt = req.prompt
+        if self.prefix_cache is None or prompt is None:
+            return
+        if finished:
+            prompt = prompt + req.text if isinstance(prompt, str) else prompt + req.output_ids
+        self.prefix_cache.insert(cache_tokens(prompt))
 
     def _draw_accept(self, req: EmuRequest) -> int:
         """Tokens one verify step commits: leading accepted drafts + the bonus token."""
@@ -372,6 +401,7 @@ class Engine:
         c.generation_tokens_total += n
         total = len(req.output_ids)
         if total >= req.target_len:
+            self._cache(req, finished=True)
             self._release(req)
             req.status = "finished"
             req.finish_reason = ({"type": "stop", "matched": self.model.eos_token_id} if req.natural_stop

@@ -82,12 +82,13 @@ def render(m: Metrics, eng: Engine, spec: SpecConfig, model_name: str) -> str:
     gauges = {
         "num_running_reqs": len(eng.running), "num_queue_reqs": len(eng.waiting),
         "gen_throughput": c.last_gen_throughput, "token_usage": used / max(1, eng.kv_budget),
-        "cache_hit_rate": 0.0,
+        "cache_hit_rate": c.cached_tokens_total / c.admitted_prompt_tokens if c.admitted_prompt_tokens else 0.0,
         "spec_accept_length": c.avg_spec_accept_length,
         "spec_accept_rate": (c.verify_tokens - c.verify_steps) / proposed if proposed else 0.0,
         "spec_num_draft_tokens": spec.num_draft_tokens or 0,
     }
     counters = {"spec_verify_calls_total": c.spec_verify_calls_total, "prompt_tokens_total": c.prompt_tokens_total,
+                "cached_tokens_total": c.cached_tokens_total,
                 "generation_tokens_total": c.generation_tokens_total, "num_requests_total": c.num_requests_total}
     lines: list[str] = []
     for name, value in gauges.items():

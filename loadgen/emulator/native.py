@@ -56,7 +56,7 @@ class NativeFormat:
             m["forward_entry_time"] = req.t_admitted_ns / 1e9 if req.t_admitted_ns else None
         m["reasoning_tokens"] = 0
         m["completion_tokens"] = n
-        m["cached_tokens"] = 0
+        m["cached_tokens"] = req.cached_tokens
         if final:
             e2e = time.perf_counter() - req.t_received_perf
             m["e2e_latency"] = e2e

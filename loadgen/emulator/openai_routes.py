@@ -71,9 +71,11 @@ def chat_prompt(messages: Any) -> str:
     return "".join(parts) + "<|im_start|>assistant\n"
 
 
-def usage(prompt: int, completion: int, drop_none: bool = False) -> dict[str, Any]:
+def usage(prompt: int, completion: int, drop_none: bool = False, cached: int | None = None) -> dict[str, Any]:
+    """SGLang's UsageInfo; `cached`: prompt_tokens_details.cached_tokens (only with --enable-cache-report)."""
+    details = None if cached is None else {"cached_tokens": cached}
     u: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-                         "completion_tokens": completion, "prompt_tokens_details": None, "reasoning_tokens": 0,
+                         "completion_tokens": completion, "prompt_tokens_details": details, "reasoning_tokens": 0,
                          "completion_tokens_details": None}
     return {k: v for k, v in u.items() if v is not None} if drop_none else u
 
@@ -115,6 +117,11 @@ class _OpenAIFormat:
     def head(self, req: EmuRequest) -> dict[str, Any]:
         return {"id": req.id, "object": self.obj, "created": self.created, "model": self.model}
 
+    def final_usage(self, req: EmuRequest, drop_none: bool = False) -> dict[str, Any]:
+        """A finished request's usage: the cached prompt tokens too when the server reports them."""
+        cached = req.cached_tokens if self.emu.args.enable_cache_report else None
+        return usage(req.prompt_tokens, req.completion_tokens, drop_none, cached)
+
     def finish(self, req: EmuRequest) -> tuple[str | None, Any]:
         fr = req.finish_reason or {}
         return fr.get("type"), fr.get("matched")
@@ -126,7 +133,7 @@ class _OpenAIFormat:
             out += _sse({**self.head(req), "choices": [], "usage": None, "sglext": {"spec_tokens_details": details}})
         if self.include_usage:
             out += _sse({**self.head(req), "choices": [],
-                         "usage": usage(req.prompt_tokens, req.completion_tokens, usage_drop_none)})
+                         "usage": self.final_usage(req, usage_drop_none)})
         return out
 
     def abort_frames(self, req: EmuRequest) -> bytes:
@@ -137,7 +144,7 @@ class _OpenAIFormat:
         out = b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
         if self.include_usage:
             out += _sse({**self.head(req), "choices": [],
-                         "usage": usage(req.prompt_tokens, req.completion_tokens, isinstance(self, CompletionsFormat))})
+                         "usage": self.final_usage(req, isinstance(self, CompletionsFormat))})
         return out
 
     def is_error_abort(self, req: EmuRequest) -> bool:
@@ -162,7 +169,7 @@ class CompletionsFormat(_OpenAIFormat):
         reason, matched = self.finish(req)
         body = {**self.head(req), "choices": [{"index": 0, "text": req.text, "logprobs": None,
                                                "finish_reason": reason, "matched_stop": matched}],
-                "usage": usage(req.prompt_tokens, req.completion_tokens), "metadata": None}
+                "usage": self.final_usage(req), "metadata": None}
         details = spec_details(self.emu, req) if self.want_spec else None
         if details is not None:
             body["sglext"] = {"spec_tokens_details": details}
@@ -200,7 +207,7 @@ class ChatFormat(_OpenAIFormat):
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": req.text,
                                                      "reasoning_content": None},
                              "logprobs": None, "finish_reason": reason, "matched_stop": matched}],
-                "usage": usage(req.prompt_tokens, req.completion_tokens), "metadata": None}
+                "usage": self.final_usage(req), "metadata": None}
         details = spec_details(self.emu, req) if self.want_spec else None
         if details is not None:
             body["sglext"] = {"spec_tokens_details": details}

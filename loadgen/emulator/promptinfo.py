@@ -1,8 +1,12 @@
-"""What the emulated model "feels" from a prompt: its kind (code or prose) and its length in tokens.
+"""What the emulated model "feels" from a prompt: its kind and its length in tokens.
 
 The kind comes from the text itself, never from a client label: a real draft accepts more on code because
-code is predictable, whatever the client calls it. Token counts are approximated as ceil(chars / 4)
-(the usual ~4 characters per BPE token for English and code); `input_ids` are counted exactly.
+code is predictable, whatever the client calls it. A prompt whose instruction asks for one of Spec-Bench's task
+families (a line that starts "Translate", "Summarize"/"Summarise", "Solve", "Answer ... documents" or "Answer", after
+an optional "User:" or "Please") is that family; the last such line wins, so a conversation
+keeps its task until a later turn asks for another. Otherwise it is code or prose by its code signals. Token
+counts are approximated as ceil(chars / 4) (the usual ~4 characters per BPE token for English and code);
+`input_ids` are counted exactly.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ _CODE_TASK = re.compile(
     r"compile|bug|regex|script|algorithm|module|unit tests?|api|json|csv)\b", re.IGNORECASE)
 _CODE_CHARS = set("{}()[];=<>_#*/\\|&")
 CODE_THRESHOLD = 0.09
+FAMILIES = ("translation", "summarization", "rag", "math", "qa")   # Spec-Bench's task families, as prompt kinds
+_FAMILY = re.compile(
+    r"^(?:user:\s*)?(?:please\s+)?(?:(?P<translation>translate)\b|(?P<summarization>summari[sz]e|tl;?dr)\b"
+    r"|(?P<rag>answer)\b[^\n]*\b(?:documents?|sources|search results)\b|(?P<math>solve)\b"
+    r"|(?P<qa>answer)\b)", re.IGNORECASE | re.MULTILINE)
 
 
 def estimate_tokens(text: str) -> int:
@@ -38,6 +47,14 @@ def code_score(text: str) -> float:
     return symbols + keywords + 0.1 * indented
 
 
+def task_family(text: str) -> str | None:
+    """The task family the prompt's last instruction line asks for (one of FAMILIES), or None."""
+    family = None
+    for match in _FAMILY.finditer(text):
+        family = match.lastgroup
+    return family
+
+
 def infer_kind(text: str) -> str:
-    """'code' or 'prose', from the text alone."""
-    return "code" if code_score(text) >= CODE_THRESHOLD else "prose"
+    """A task family, else 'code' or 'prose', from the text alone."""
+    return task_family(text) or ("code" if code_score(text) >= CODE_THRESHOLD else "prose")

@@ -48,7 +48,8 @@ class Emulator:
                              max_prefill_tokens=args.max_prefill_tokens,
                              min_free_slots=resolve_min_free_slots(args.min_free_slots_delay,
                                                                    args.max_running_requests,
-                                                                   self.spec.algorithm == "DFLASH"))
+                                                                   self.spec.algorithm == "DFLASH"),
+                             prefix_cache=not args.disable_radix_cache)
         self.faults = FaultPicker(args)
         # the modelled GPU (none for a hardware profile without one, e.g. `zero`); degraded-power is not in the
         # server's info, as the real trap is not: only the GPU's telemetry shows it
@@ -98,7 +99,7 @@ class Emulator:
         interval = stream_interval or self.args.stream_interval
         req = EmuRequest(id=rid or uuid.uuid4().hex, rid=rid, kind=kind, route=route, prompt_tokens=ptoks,
                          max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, ignore_eos=ignore_eos,
-                         stream_interval=interval)
+                         stream_interval=interval, prompt=prompt)
         if stream and self.faults.enabled:
             per_frame = max(float(interval), self.expected_tokens_per_step(kind))
             req.fault = self.faults.pick(int(max_new_tokens / per_frame))
@@ -156,6 +157,7 @@ class Emulator:
             "max_prefill_tokens": a.max_prefill_tokens, "min_free_slots_delay": a.min_free_slots_delay,
             "stream_interval": a.stream_interval, "incremental_streaming_output": a.incremental_streaming_output,
             "enable_metrics": a.enable_metrics, "decode_log_interval": a.decode_log_interval,
+            "disable_radix_cache": a.disable_radix_cache, "enable_cache_report": a.enable_cache_report,
             "context_length": self.model.context_len, "max_total_num_tokens": self.engine.kv_budget,
             "tp_size": 1, "dp_size": 1,
         }

@@ -33,7 +33,8 @@ class CellResult:
 
 def build_engine(spec: SpecConfig, hardware: str = "gb10", model: str = "qwen3.8-27b-nvfp4", *, seed: int = 0,
                  max_running: int = 64, max_prefill_tokens: int = 16384,
-                 hw_overrides: dict | None = None, model_overrides: dict | None = None) -> Engine:
+                 hw_overrides: dict | None = None, model_overrides: dict | None = None,
+                 prefix_cache: bool = True) -> Engine:
     """An engine on the named profiles; overrides replace profile fields (used when fitting)."""
     hw = profiles.load("hardware", hardware)
     mp = profiles.load("models", model)
@@ -41,12 +42,15 @@ def build_engine(spec: SpecConfig, hardware: str = "gb10", model: str = "qwen3.8
     mp = dataclasses.replace(mp, **(model_overrides or {}))
     return Engine(CostModel(hw, mp, spec), spec, mp, max_running=max_running, max_queued=None, seed=seed,
                   decode_log_interval=40, max_prefill_tokens=max_prefill_tokens,
-                  min_free_slots=resolve_min_free_slots(None, max_running, spec.algorithm == "DFLASH"))
+                  min_free_slots=resolve_min_free_slots(None, max_running, spec.algorithm == "DFLASH"),
+                  prefix_cache=prefix_cache)
 
 
 def closed_loop(engine: Engine, concurrency: int, prompts: Sequence[str], max_new_tokens: int, *,
                 warmup_s: float = 60.0, measure_s: float = 240.0) -> CellResult:
-    """Keep exactly `concurrency` requests in flight (a new one as each finishes), in virtual time."""
+    """Keep exactly `concurrency` requests in flight (a new one as each finishes), in virtual time. The requests
+    carry no prompt for the prefix cache: the calibration repeats two prompts as stand-ins for a mix of distinct
+    ones, which a radix cache would otherwise serve almost without prefill."""
     t, n_sent = 0.0, 0
     sent_at: dict[str, float] = {}   # by request id
     first_at: dict[str, float] = {}

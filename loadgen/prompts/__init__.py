@@ -6,6 +6,19 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
+class Conversation:
+    """What a multi-turn session sends after its first turn (loadgen/prompts/conversation.py draws it): the user's
+    later messages, and the think time before each (seconds after the previous answer ended)."""
+
+    follow_ups: tuple[str, ...]
+    think_s: tuple[float, ...]
+
+    @property
+    def turns(self) -> int:
+        return 1 + len(self.follow_ups)
+
+
+@dataclass(frozen=True, slots=True)
 class Prompt:
     """One prompt. Exactly one of `text` (completion routes) or `messages` (chat routes) is set;
     adapters convert between them when a route needs the other form."""
@@ -16,3 +29,14 @@ class Prompt:
     text: str | None = None
     messages: tuple[dict, ...] | None = None
     target_tokens: int | None = None   # the input length asked for (prompts.input_tokens), in the server's tokens
+    conversation: Conversation | None = None   # set: the first turn of a session (its later turns are built from
+    #                                            the server's own answers while it runs)
+    shared_prefix: str | None = None   # the shared context it starts with ("<source>#<k>"): requests.shared_prefix
+    session_id: str | None = None      # a session's turn as sent: requests.session_id and requests.turn
+    turn: int | None = None
+
+    @property
+    def reuses_prefix(self) -> bool:
+        """Meant to hit the server's prefix cache (a conversation's history, a shared context): the request must
+        not opt out of prefix reuse (llama.cpp cache_prompt, vLLM cache_salt)."""
+        return self.conversation is not None or self.session_id is not None or self.shared_prefix is not None

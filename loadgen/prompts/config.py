@@ -14,19 +14,24 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import ConfigError
-from loadgen.prompts import code_tasks, prose_tasks
+from loadgen.prompts import code_tasks, families, prose_tasks
+from loadgen.prompts.conversation import ConversationConfig, parse_conversation
 
 BUILTIN_TEMPLATES: dict[str, tuple[str, ...]] = {
     "code": tuple(code_tasks.TEMPLATES),
     "prose": prose_tasks.TEMPLATES,
+    **families.TEMPLATES,      # Spec-Bench's task families: translation, summarization, qa, math, rag
 }
 FORMATS = ("jsonl", "sharegpt", "question-jsonl", "humaneval")
 
 _TOP_KEYS = ("seed", "max_new_tokens", "ignore_eos", "temperature", "min_prompt_chars",
              "max_prompt_chars", "input_tokens", "system_prefix", "chat", "sources")
 MAX_INPUT_TOKENS = 1 << 20   # far above any context window: a larger value is a typo
-_BUILTIN_KEYS = ("kind", "weight", "templates")
-_DATASET_KEYS = ("format", "path", "weight", "kind", "name")
+_PREFIX_KEYS = ("shared_prefix_tokens", "prefixes")
+_BUILTIN_KEYS = ("kind", "weight", "templates") + _PREFIX_KEYS
+_DATASET_KEYS = ("format", "path", "weight", "kind", "name") + _PREFIX_KEYS
+_CONVERSATION_KEYS = ("kind", "weight", "turns", "think_time_s", "tasks") + _PREFIX_KEYS
+MAX_PREFIXES = 1000   # each starts at its own documentation paragraph (shared_prefix.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +41,15 @@ class SourceConfig:
     key: str                          # "prompts.sources[0]": prefix of every later error about it
     weight: float                     # normalised: the sources' weights sum to 1
     name: str                         # label in describe() and in dataset templates
-    builtin: str | None = None        # "code" | "prose"
-    templates: tuple[str, ...] = ()   # built-ins: the task templates drawn from (all by default)
+    builtin: str | None = None        # a key of BUILTIN_TEMPLATES, or "conversation"
+    templates: tuple[str, ...] = ()   # built-ins: the task templates drawn from (all by default; a conversation
+    #                                   opens with every template of its `conversation.tasks`)
     format: str | None = None         # dataset format, one of FORMATS
     path: Path | None = None          # dataset file (humaneval: None = the package's own data)
     kind: str | None = None           # datasets: forces this kind on every row
+    conversation: ConversationConfig | None = None   # kind = "conversation": turns, think time, opening kinds
+    shared_prefix_tokens: int | None = None   # each prompt starts with one of `prefixes` shared contexts this long
+    prefixes: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +107,15 @@ def parse_prompts_config(table: dict, key: str = "prompts", base_dir: Path = Pat
     temperature = _number(table, "temperature", 0.0, key)
     if temperature < 0:
         raise ConfigError(f"{key}.temperature", f"must be >= 0, got {temperature}", "use 0.0 for greedy decoding")
+    sources = _sources(table.get("sources"), f"{key}.sources", base_dir)
+    for src in sources:
+        if input_tokens is not None and src.shared_prefix_tokens is not None \
+                and src.shared_prefix_tokens >= input_tokens.min:
+            raise ConfigError(f"{src.key}.shared_prefix_tokens", f"{src.shared_prefix_tokens} leaves no room in "
+                              f"input_tokens = {input_tokens.describe()} (the shared context is part of each prompt)",
+                              "make shared_prefix_tokens smaller than the shortest input_tokens")
     return PromptsConfig(
-        sources=_sources(table.get("sources"), f"{key}.sources", base_dir),
+        sources=sources,
         seed=_int(table, "seed", 0, None, key),
         max_new_tokens=_int(table, "max_new_tokens", 128, 1, key),
         ignore_eos=_bool(table, "ignore_eos", False, key),
@@ -156,8 +172,11 @@ def _source(entry: Any, key: str, base_dir: Path) -> SourceConfig:
     weight = _number(entry, "weight", 1.0, key)
     if weight < 0:
         raise ConfigError(f"{key}.weight", f"must be >= 0, got {weight}", "use a positive weight such as 0.5")
+    prefix_tokens, prefixes = _shared_prefix(entry, key)
     if "format" not in entry:
-        return _builtin(entry, key, weight)
+        source = _conversation(entry, key, weight) if entry.get("kind") == "conversation" else \
+            _builtin(entry, key, weight)
+        return replace(source, shared_prefix_tokens=prefix_tokens, prefixes=prefixes)
     _reject_unknown(entry, _DATASET_KEYS, key)
     fmt = entry["format"]
     if fmt not in FORMATS:
@@ -165,7 +184,35 @@ def _source(entry: Any, key: str, base_dir: Path) -> SourceConfig:
     path = _dataset_path(entry, fmt, key, base_dir)
     kind = _optional_str(entry, "kind", key)
     name = _optional_str(entry, "name", key) or _default_name(fmt, path)
-    return SourceConfig(key=key, weight=weight, name=name, format=fmt, path=path, kind=kind)
+    return SourceConfig(key=key, weight=weight, name=name, format=fmt, path=path, kind=kind,
+                        shared_prefix_tokens=prefix_tokens, prefixes=prefixes)
+
+
+def _shared_prefix(entry: dict, key: str) -> tuple[int | None, int]:
+    """(shared_prefix_tokens, prefixes): each prompt of the source starts with one of `prefixes` distinct shared
+    contexts of about that many tokens."""
+    if "shared_prefix_tokens" not in entry:
+        if "prefixes" in entry:
+            raise ConfigError(f"{key}.prefixes", "needs shared_prefix_tokens (the length of each shared context)",
+                              "add shared_prefix_tokens = 1024, or drop prefixes")
+        return None, 1
+    tokens = entry["shared_prefix_tokens"]
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 16 <= tokens <= MAX_INPUT_TOKENS:
+        raise ConfigError(f"{key}.shared_prefix_tokens", f"must be a whole number of tokens from 16 to "
+                          f"{MAX_INPUT_TOKENS}, got {tokens!r}", "e.g. shared_prefix_tokens = 1024")
+    prefixes = entry.get("prefixes", 1)
+    if isinstance(prefixes, bool) or not isinstance(prefixes, int) or not 1 <= prefixes <= MAX_PREFIXES:
+        raise ConfigError(f"{key}.prefixes", f"must be a whole number from 1 to {MAX_PREFIXES}, got {prefixes!r}",
+                          "e.g. prefixes = 4 (distinct shared contexts, each request uses one)")
+    return tokens, prefixes
+
+
+def _conversation(entry: dict, key: str, weight: float) -> SourceConfig:
+    _reject_unknown(entry, _CONVERSATION_KEYS, key)
+    conversation = parse_conversation(entry, key, tuple(BUILTIN_TEMPLATES))
+    name = "conversation" if conversation.tasks == ("code", "prose") else \
+        f"conversation[{'+'.join(conversation.tasks)}]"
+    return SourceConfig(key=key, weight=weight, name=name, builtin="conversation", conversation=conversation)
 
 
 def _builtin(entry: dict, key: str, weight: float) -> SourceConfig:
@@ -173,7 +220,8 @@ def _builtin(entry: dict, key: str, weight: float) -> SourceConfig:
     kind = entry.get("kind")
     if kind not in BUILTIN_TEMPLATES:
         raise ConfigError(f"{key}.kind", f"unknown built-in source {kind!r}",
-                          f'use kind = "code" or "prose", or give a dataset with format = one of {", ".join(FORMATS)}')
+                          f"use kind = one of {', '.join(BUILTIN_TEMPLATES)} or conversation, or give a dataset with "
+                          f"format = one of {', '.join(FORMATS)}")
     known = BUILTIN_TEMPLATES[kind]
     chosen = entry.get("templates", list(known))
     if (not isinstance(chosen, list) or not chosen or len(set(chosen)) != len(chosen)

@@ -15,13 +15,15 @@ from loadgen.errors import ConfigError
 from loadgen.prompts.config import SourceConfig
 from loadgen.prompts.task import Task, user_task
 
-# question.jsonl `category` (MT-Bench, Spec-Bench, Arena-Hard) -> kind. Anything else is "prose".
-# "grounded": the answer restates or transforms text given in the prompt (high copy rate).
+# question.jsonl `category` (MT-Bench, Spec-Bench, Arena-Hard) -> kind. Anything else is "prose". Spec-Bench's task
+# families get the kinds of the built-in family sources (translation, summarization, qa, math, rag), so a run that
+# mixes both groups them together. "grounded": the answer restates text given in the prompt (high copy rate).
 CATEGORY_KINDS: dict[str, str] = {
     "coding": "code", "code": "code", "programming": "code",
     "math": "math", "math_reasoning": "math", "reasoning": "math",
-    "extraction": "grounded", "summarization": "grounded", "rag": "grounded", "translation": "grounded",
-    "writing": "prose", "roleplay": "prose", "stem": "prose", "humanities": "prose", "qa": "prose",
+    "summarization": "summarization", "rag": "rag", "translation": "translation", "qa": "qa",
+    "extraction": "grounded",
+    "writing": "prose", "roleplay": "prose", "stem": "prose", "humanities": "prose",
     "creative_writing": "prose", "hard_prompt": "prose",
 }
 _ROLES = ("system", "user", "assistant")

@@ -10,6 +10,10 @@ depend on the fit (a built-in task is used only when it is at most SELECT_CHARS_
 of its length), so every target gets the same tasks in the same order, each brought to length with its own fit:
 more material of its kind in front (Pool.context), or, rarely, a cut at its end. Dataset rows are never
 skipped: a long one is cut, a short one gets the rows that follow it as context.
+
+A source with shared contexts (shared_prefix_tokens, prefixes) puts one of them, drawn from its own seeded sequence,
+in front of each prompt (after the system prefix); a conversation source's prompts open sessions
+(loadgen/prompts/conversation.py). Neither changes which tasks are drawn.
 """
 
 from __future__ import annotations
@@ -18,14 +22,18 @@ import bisect
 import itertools
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
 from loadgen.errors import ConfigError
 from loadgen.prompts import Prompt
 from loadgen.prompts.code_tasks import code_pools
-from loadgen.prompts.config import PromptsConfig, SourceConfig, parse_prompts_config
+from loadgen.prompts.config import BUILTIN_TEMPLATES, PromptsConfig, SourceConfig, parse_prompts_config
+from loadgen.prompts.conversation import conversation_for, transcript_turn
 from loadgen.prompts.datasets import load_dataset
+from loadgen.prompts.families import family_pools
 from loadgen.prompts.length import LengthModel, prompt_texts
 from loadgen.prompts.prose_tasks import prose_pools
+from loadgen.prompts.shared_prefix import shared_context
 from loadgen.prompts.sizing import MIN_CONTEXT, boundary, cut_task, fill, with_context
 from loadgen.prompts.task import Pool, Task
 
@@ -51,8 +59,8 @@ class PromptMix:
         ]
         self._rng = random.Random(f"{cfg.seed}/sources")
         self._length_rng = random.Random(f"{cfg.seed}/input_tokens")
-        prefix = cfg.system_prefix or ""
-        self._prefix_chars = len(prefix) + (2 if prefix and not cfg.chat else 0)
+        self._prefix_rngs = [random.Random(f"{cfg.seed}/{i}/shared_prefix") for i in range(len(cfg.sources))]
+        self._contexts: dict[tuple[str, int], str] = {}
         self._taken: list[Prompt] = []
 
     def take(self, n: int) -> list[Prompt]:
@@ -66,25 +74,44 @@ class PromptMix:
     def _next_prompt(self) -> Prompt:
         span = self.cfg.input_tokens
         target = None if span is None else self._length_rng.randint(span.min, span.max)
-        source = bisect.bisect_right(self._cumulative, self._rng.random() * self._cumulative[-1])
-        cursors = self._cursors[min(source, len(self._cursors) - 1)]  # guard float rounding at the top
+        source = min(bisect.bisect_right(self._cumulative, self._rng.random() * self._cumulative[-1]),
+                     len(self._cursors) - 1)  # guard float rounding at the top
+        cursors = self._cursors[source]
         cursor = cursors[self._rng.randrange(len(cursors))]
-        i, task = cursor.next(lambda t: self._fits(t, target, cursor.whole))
+        src = self.cfg.sources[source]
+        prefix = self._shared_prefix(source, src)
+        room = None if target is None else target - (src.shared_prefix_tokens or 0)
+        i, task = cursor.next(lambda t: self._fits(t, room, cursor.whole))
         if target is None:
-            return self._to_prompt(task, None)
-        return self._sized(task, target, cursor.pool, i)
+            return self._to_prompt(task, None, src, prefix)
+        return self._sized(task, target, cursor.pool, i, src, prefix)
 
-    def _sized(self, task: Task, target: int, pool: Pool, i: int) -> Prompt:
-        """The prompt whose estimated count (the server's fit, system prefix included) is nearest `target`: a first
-        guess in characters, corrected by what the fit estimates for the prompt built, SIZING_ROUNDS at most."""
+    def _shared_prefix(self, index: int, src: SourceConfig) -> tuple[str, str] | None:
+        """(label, text) of the shared context this prompt starts with, drawn uniformly among the source's; None
+        without shared_prefix_tokens. Its length in characters follows the server's prose fit (~4 characters per
+        token without one)."""
+        if src.shared_prefix_tokens is None:
+            return None
+        k = self._prefix_rngs[index].randrange(src.prefixes)
+        if (src.name, k) not in self._contexts:
+            chars = round(src.shared_prefix_tokens * self.lengths.fit("prose").chars_per_token)
+            self._contexts[src.name, k] = shared_context(src.name, k, src.prefixes, chars)
+        return f"{src.name}#{k}", self._contexts[src.name, k]
+
+    def _sized(self, task: Task, target: int, pool: Pool, i: int, src: SourceConfig,
+               prefix: tuple[str, str] | None) -> Prompt:
+        """The prompt whose estimated count (the server's fit, system prefix and shared context included) is nearest
+        `target`: a first guess in characters, corrected by what the fit estimates for the prompt built,
+        SIZING_ROUNDS at most."""
         fit = self.lengths.fit(task.kind)
-        chars = fit.chars(target) - self._prefix_chars
+        empty = Task(task.task_id, task.kind, task.template, "", tuple(dict(m, content="") for m in task.messages))
+        chars = fit.chars(target) - sum(map(len, prompt_texts(self._to_prompt(empty, target, src, prefix))))
         best: tuple[float, Prompt] | None = None
         for _ in range(SIZING_ROUNDS):
             room = chars - task.chars(self.cfg.chat)
             sized = (cut_task(task, chars, self.cfg.chat) if room < 0
                      else with_context(task, pool.context(i, room) if pool.context else ""))
-            prompt = self._to_prompt(sized, target)
+            prompt = self._to_prompt(sized, target, src, prefix)
             miss = fit.estimate(prompt_texts(prompt)) - target
             if best is None or abs(miss) < abs(best[0]):
                 best = (miss, prompt)
@@ -95,16 +122,16 @@ class PromptMix:
         return best[1]
 
     def _pools(self, src: SourceConfig) -> list[Pool]:
-        if src.builtin == "code":
-            pools = code_pools(src.templates)
-        elif src.builtin == "prose":
-            pools = prose_pools(src.templates)
+        if src.conversation is not None:   # sessions open with a task of these kinds, every template
+            pools = [p for kind in src.conversation.tasks for p in _builtin_pools(kind, BUILTIN_TEMPLATES[kind])]
+        elif src.builtin is not None:
+            pools = _builtin_pools(src.builtin, src.templates)
         else:
             tasks = load_dataset(src)
             pools = [Pool(src.name, len(tasks), tasks.__getitem__,
                           lambda i, chars: _rows_context(tasks, i, chars, self.cfg.chat))]
         span = self.cfg.input_tokens
-        shortest = None if span is None else span.min
+        shortest = None if span is None else span.min - (src.shared_prefix_tokens or 0)
         whole = src.builtin is not None
         fitting = [pool for pool in pools if any(self._fits(pool.render(i), shortest, whole) for i in range(pool.size))]
         if not fitting:
@@ -127,16 +154,33 @@ class PromptMix:
             return self.cfg.min_prompt_chars <= chars <= self.cfg.max_prompt_chars
         return not whole or chars <= SELECT_CHARS_PER_TOKEN * target
 
-    def _to_prompt(self, task: Task, target: int | None) -> Prompt:
-        """The route's form, with the shared system prefix: a system message for chat, the text's
-        first paragraph for completion routes."""
-        prefix = self.cfg.system_prefix
+    def _to_prompt(self, task: Task, target: int | None, src: SourceConfig, prefix: tuple[str, str] | None) -> Prompt:
+        """The route's form, with the system prefix and the shared context in front: a system message for chat,
+        the text's first paragraphs for completion routes. A conversation's opening is a transcript turn on text
+        routes (`User: ...` then `Assistant:`, which its answer continues), and carries the session's later
+        messages."""
+        system = "\n\n".join(p for p in (self.cfg.system_prefix, prefix[1] if prefix else None) if p)
+        text = messages = None
         if self.cfg.chat:
-            system = ({"role": "system", "content": prefix},) if prefix else ()
-            return Prompt(task.task_id, task.kind, task.template, messages=system + task.messages,
-                          target_tokens=target)
-        text = f"{prefix}\n\n{task.text}" if prefix else task.text
-        return Prompt(task.task_id, task.kind, task.template, text=text, target_tokens=target)
+            messages = (({"role": "system", "content": system},) if system else ()) + task.messages
+        else:
+            body = transcript_turn(task.text) if src.conversation is not None else task.text
+            text = f"{system}\n\n{body}" if system else body
+        prompt = Prompt(task.task_id, task.kind, task.template, text, messages, target,
+                        shared_prefix=prefix[0] if prefix else None)
+        if src.conversation is None:
+            return prompt
+        return replace(prompt, prompt_id=f"conversation/{task.task_id}", template=f"conversation/{task.template}",
+                       conversation=conversation_for(task.task_id, task.kind, src.conversation, self.cfg.seed))
+
+
+def _builtin_pools(kind: str, templates: tuple[str, ...]) -> list[Pool]:
+    """The pools of a built-in source kind (code, prose or a task family)."""
+    if kind == "code":
+        return code_pools(templates)
+    if kind == "prose":
+        return prose_pools(templates)
+    return family_pools(kind, templates)
 
 
 def _rows_context(tasks: list[Task], i: int, chars: int, chat: bool) -> str:

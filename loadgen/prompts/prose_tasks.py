@@ -82,15 +82,16 @@ def _chunks(text: str) -> list[str]:
     return [c for c in chunks if PASSAGE_MIN <= len(c) <= PASSAGE_MAX]
 
 
-def _product_pool(name: str, first: Sequence[tuple[str, str]], second: Sequence[str],
-                  build: Callable[[str, str], str]) -> Pool:
-    """Every (first, second) pair, first-major. `first` holds (id, value) so ids stay readable."""
+def product_pool(name: str, first: Sequence[tuple[str, str]], second: Sequence[str],
+                 build: Callable[[str, str], str], kind: str = "prose") -> Pool:
+    """Every (first, second) pair, first-major, as tasks of `kind` (template `<kind>/<name>`). `first` holds
+    (id, value) so ids stay readable. Sized prompts get documentation paragraphs in front (`context`)."""
     def render(i: int) -> Task:
         (first_id, value), j = first[i // len(second)], i % len(second)
-        return user_task(f"prose/{name}/{first_id}/{j}", "prose", f"prose/{name}", build(value, second[j]))
+        return user_task(f"{kind}/{name}/{first_id}/{j}", kind, f"{kind}/{name}", build(value, second[j]))
 
-    return Pool(f"prose/{name}", len(first) * len(second), render,
-                lambda i, chars: context(stable_hash(f"prose/{name}/{i}"), chars))
+    return Pool(f"{kind}/{name}", len(first) * len(second), render,
+                lambda i, chars: context(stable_hash(f"{kind}/{name}/{i}"), chars))
 
 
 def context(start: int, chars: int) -> str:
@@ -127,12 +128,12 @@ def _numbered(values: Sequence[str]) -> list[tuple[str, str]]:
 
 
 _POOLS: dict[str, Callable[[], Pool]] = {
-    "essay": lambda: _product_pool("essay", _numbered(words.TOPICS), words.ESSAY_ANGLES, _essay),
-    "story": lambda: _product_pool("story", _numbered(words.TOPICS), words.STORY_NARRATORS, _story),
-    "email": lambda: _product_pool("email", _numbered(words.EMAIL_SITUATIONS), words.EMAIL_RECIPIENTS, _email),
-    "explain": lambda: _product_pool("explain", _numbered(words.TOPICS), words.AUDIENCES, _explain),
-    "summarise": lambda: _product_pool("summarise", passages(), words.SUMMARY_STYLES, _summarise),
-    "answer": lambda: _product_pool("answer", passages(), words.PASSAGE_QUESTIONS, _answer),
+    "essay": lambda: product_pool("essay", _numbered(words.TOPICS), words.ESSAY_ANGLES, _essay),
+    "story": lambda: product_pool("story", _numbered(words.TOPICS), words.STORY_NARRATORS, _story),
+    "email": lambda: product_pool("email", _numbered(words.EMAIL_SITUATIONS), words.EMAIL_RECIPIENTS, _email),
+    "explain": lambda: product_pool("explain", _numbered(words.TOPICS), words.AUDIENCES, _explain),
+    "summarise": lambda: product_pool("summarise", passages(), words.SUMMARY_STYLES, _summarise),
+    "answer": lambda: product_pool("answer", passages(), words.PASSAGE_QUESTIONS, _answer),
 }
 TEMPLATES = tuple(_POOLS)
 

@@ -13,7 +13,8 @@ import pyarrow as pa
 SCHEMA_VERSION = 6  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
                     # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
                     # 5: requests.prompt_tokens_target
-                    # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md); requests.resent
+                    # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md); requests.resent;
+                    #    requests.session_id, turn, shared_prefix (conversations, shared contexts)
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -91,6 +92,9 @@ REQUESTS = pa.schema([
     ("prompt_id", pa.string()),
     ("prompt_kind", pa.string()),
     ("template", pa.string()),
+    ("session_id", pa.string()),        # a conversation's session (loadgen/prompts/conversation.py); NULL otherwise
+    ("turn", pa.int32()),               # the request's turn in its session, from 1
+    ("shared_prefix", pa.string()),     # the shared context it starts with ("<source>#<k>"); NULL without one
     ("prompt_tokens", pa.int64()),
     ("prompt_tokens_target", pa.int64()),  # prompts.input_tokens asked for this prompt; NULL without a target
     ("completion_tokens", pa.int64()),

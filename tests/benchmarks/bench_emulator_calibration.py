@@ -98,8 +98,9 @@ async def closed_loop(url: str, c: int, scale: float, warmup_s: float, measure_s
 def run_setup(setup: str, concurrency: list[int], scale: float, warmup_s: float, measure_s: float,
               prompts: list[str]) -> dict[int, dict]:
     out = {}
+    # no radix cache: the two calibration prompts stand in for a mix of distinct ones (simulate.closed_loop)
     with EmulatorProcess([*SETUPS[setup], "--time-scale", str(scale), "--seed", "1",
-                          "--max-running-requests", "64"]) as emu:
+                          "--max-running-requests", "64", "--disable-radix-cache"]) as emu:
         for c in concurrency:
             out[c] = asyncio.run(closed_loop(emu.url, c, scale, warmup_s, measure_s, prompts))
     return out

@@ -54,7 +54,7 @@ class FrameBuffer:
 # `requests` columns that say where a request ran and what it asked, not what was measured: the worker fills
 # them when it builds the row (loadgen.client.shipping). Every other column is the StreamState field of that name.
 CONTEXT_COLUMNS = ("run_id", "step_id", "target", "node", "worker", "prompt_id", "prompt_kind", "template",
-                   "prompt_tokens_target")
+                   "session_id", "turn", "shared_prefix", "prompt_tokens_target")
 MEASURED = tuple(name for name in schema.REQUESTS.names if name not in CONTEXT_COLUMNS)
 
 

@@ -72,10 +72,11 @@ class _OpenAIAdapter(Adapter):
             body["return_spec_tokens_details"] = True
         if o.sglang:
             body["rid"] = request_id
-        if not o.cache_prompt:
-            # llama.cpp: no reuse of a slot's cached prefix (tools/server/server-schema.cpp)
+        if not o.cache_prompt and not prompt.reuses_prefix:
+            # llama.cpp: no reuse of a slot's cached prefix (tools/server/server-schema.cpp); a conversation turn or a
+            # shared context is meant to reuse it
             body["cache_prompt"] = False
-        if o.cache_salt:
+        if o.cache_salt and not prompt.reuses_prefix:
             body["cache_salt"] = request_id  # vLLM: prefix-cache blocks are keyed by the salt too (v1 engine)
         return orjson.dumps(body)
 

@@ -22,6 +22,8 @@ SECTIONS = (
     ("repeats", "Spread over repeats"),
     ("acceptance_sources", "Acceptance length: SQL, frame proxy and the server's own figures"),
     ("acceptance_by_kind", "Acceptance length by prompt kind"),
+    ("by_turn", "Conversations by turn: TTFT, acceptance and prefix-cache hits"),
+    ("prefix_cache", "Shared contexts: prefix-cache hits and TTFT"),
     ("throughput_by_concurrency", "Throughput per step"),
     ("latency_by_concurrency", "Latency per step (ms; decode_tok_s in tok/s)"),
     ("errors_by_class", "Requests by outcome class"),

@@ -1,6 +1,7 @@
 """The report's plots, each a function of the Report that returns a Plot (title, caption, PNG) or None when
 its data is empty: throughput, change vs baseline, the search's probes, nodes vs the fleet, per-user vs
-aggregate throughput, latency percentiles, acceptance by prompt kind and along the output, errors.
+aggregate throughput, latency percentiles, acceptance by prompt kind and along the output, TTFT and acceptance by
+conversation turn, errors.
 """
 
 from __future__ import annotations
@@ -203,6 +204,7 @@ def latency_plot(report: Report) -> Plot | None:
 
 
 KIND_STYLES = ("-", "--", ":", "-.")
+KIND_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")   # with the styles, tells up to 8 kinds (task families) apart
 
 
 def acceptance_plot(report: Report) -> Plot | None:
@@ -212,20 +214,59 @@ def acceptance_plot(report: Report) -> Plot | None:
         return None
     kinds = list(dict.fromkeys(r["prompt_kind"] for r in rows))
 
+    styles = list(zip(kinds, KIND_STYLES * 3, KIND_MARKERS * 2))
+
     def draw(ax: Axes, key: SeriesKey, srows: Rows) -> None:
-        for kind, style in zip(kinds, KIND_STYLES * 3):
+        for kind, style, marker in styles:
             levels = by_series([r for r in srows if r["prompt_kind"] == kind])[key]
             xs = sorted(levels)
-            ax.plot(xs, [median(r["accept_len"] for r in levels[x]) for x in xs], linestyle=style, marker="o",
+            ax.plot(xs, [median(r["accept_len"] for r in levels[x]) for x in xs], linestyle=style, marker=marker,
                     markersize=3, color=report.colours.get(key), linewidth=2 if kind == "(all)" else 1.2)
         level_axis(ax, srows)
 
     fig = small_multiples(report, rows, draw, "tokens per verify step")
-    style_legend(fig, [(kind, {"linestyle": style, "linewidth": 2 if kind == "(all)" else 1.2})
-                        for kind, style in zip(kinds, KIND_STYLES * 3)])
+    style_legend(fig, [(kind, {"linestyle": style, "marker": marker, "markersize": 3,
+                               "linewidth": 2 if kind == "(all)" else 1.2}) for kind, style, marker in styles])
     return Plot("Acceptance length by prompt kind", "Acceptance length = completion tokens / verify steps "
                 "(SGLang's definition, bonus token included), per prompt kind; '(all)' is the whole step.",
                 png(fig))
+
+
+def _turn_plot(report: Report, metric: str, ylabel: str, title: str, caption: str) -> Plot | None:
+    """A conversation metric by turn (queries/by_turn.sql), one panel per series, one line per level (darker =
+    more load); None when the run has no conversations."""
+    rows = [r for r in report.data["by_turn"] if r[metric] is not None]
+    if not rows:
+        return None
+    levels = sorted({level(r) for r in rows})
+
+    def draw(ax: Axes, key: SeriesKey, srows: Rows) -> None:
+        by_level = by_series(srows)[key]
+        for x in sorted(by_level):
+            turns: dict[int, list[float]] = defaultdict(list)
+            for r in by_level[x]:
+                turns[r["turn"]].append(r[metric])
+            xs = sorted(turns)
+            ax.plot(xs, [median(turns[t]) for t in xs], marker="o", markersize=3, color=report.colours.get(key),
+                    linewidth=1.2, alpha=shade(levels.index(x), len(levels)))
+        ax.set_xlabel("turn")
+        ax.set_xticks(sorted({r["turn"] for r in srows}))
+
+    fig = small_multiples(report, rows, draw, ylabel)
+    names = {level(r): level_text(r) for r in rows}
+    style_legend(fig, [(names[x], {"alpha": shade(i, len(levels)), "linewidth": 1.2}) for i, x in enumerate(levels)])
+    return Plot(title, caption, png(fig))
+
+
+def turn_ttft_plot(report: Report) -> Plot | None:
+    return _turn_plot(report, "ttft_p50_ms", "median TTFT (ms)", "Time to first token by conversation turn",
+                      "Each turn's prompt is the history so far; the share of it the server served from its prefix "
+                      "cache is in the table 'Conversations by turn' (cached_pct).")
+
+
+def turn_acceptance_plot(report: Report) -> Plot | None:
+    return _turn_plot(report, "accept_len", "tokens per verify step", "Acceptance length by conversation turn",
+                      "Acceptance length = completion tokens / verify steps of each turn's requests.")
 
 
 def position_plot(report: Report) -> Plot | None:
@@ -334,7 +375,7 @@ def fleet_plot(report: Report) -> Plot | None:
 
 
 PLOTS = (throughput_plot, change_plot, probes_plot, fleet_plot, pareto_plot, latency_plot, acceptance_plot,
-         position_plot, errors_plot)
+         turn_ttft_plot, turn_acceptance_plot, position_plot, errors_plot)
 
 
 def plots(report: Report) -> list[Plot]:
