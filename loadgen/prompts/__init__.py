@@ -16,3 +16,5 @@ class Prompt:
     text: str | None = None
     messages: tuple[dict, ...] | None = None
     target_tokens: int | None = None   # the input length asked for (prompts.input_tokens), in the server's tokens
+    max_new_tokens: int | None = None  # its own output length (a trace row's); None: prompts.max_new_tokens
+    session_id: str | None = None      # the session a trace row belongs to (requests.session_id)
