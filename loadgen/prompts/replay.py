@@ -3,8 +3,8 @@ target server's own fit and asking for its row's output length.
 
 A row with text is sent as it is. Every other row takes the next prompt of the run's seeded mix built to its
 length (loadgen.prompts.mix, sized as for prompts.input_tokens); a row shorter than any whole built-in task
-(config.trace.WHOLE_TASK_TOKENS) takes one built to that length, cut at its end to the row's length in characters
-by the fit. Each prompt's id is the trace's name and the row's index (`requests.prompt_id`), so a request can be
+(config.trace.WHOLE_TASK_TOKENS) takes one built to that length, cut at a word break at its end to the row's length
+in characters by the fit. Each prompt's id is the trace's name and the row's index (`requests.prompt_id`), so a request can be
 matched with its row.
 """
 
@@ -48,8 +48,9 @@ def _prompt(row: TraceRow, name: str, cfg: PromptsConfig, mix: PromptMix | None,
 
 
 def _cut(prompt: Prompt, chars: int) -> Prompt:
-    """The prompt cut at its end to about `chars` characters (chat: its last message), never to nothing."""
-    at = boundary(prompt.kind)
+    """The prompt cut at its end to about `chars` characters (chat: its last message), never to nothing: at a word
+    break, code too (a short row would lose a tenth of its length to a line break)."""
+    at = boundary("prose")
     if prompt.messages is None:
         text = prompt.text or ""
         return replace(prompt, text=cut(text, chars, at) or text.split()[0])
