@@ -68,13 +68,13 @@ FROM (FROM results_table('steps', by_name := true)
                                NULL::VARCHAR AS ramp, NULL::DOUBLE AS level_start, NULL::DOUBLE AS level_end WHERE false)
 WHERE kept(run_id, step_id);
 
--- Schema 5 added requests.prompt_tokens_target, schema 7 completion_tokens_target and session_id (NULL in older
+-- Schema 5 added requests.prompt_tokens_target, schema 7 session_id and completion_tokens_target (NULL in older
 -- files). Read by name only when the folder mixes schema versions (analysis sets mixed_schemas): by position a
 -- newer file first fails, an older first drops it.
 CREATE OR REPLACE VIEW requests AS
 FROM (FROM results_table('requests', by_name := coalesce(getvariable('mixed_schemas'), false))
-      UNION ALL BY NAME SELECT NULL::BIGINT AS prompt_tokens_target, NULL::BIGINT AS completion_tokens_target,
-                               NULL::VARCHAR AS session_id WHERE false)
+      UNION ALL BY NAME SELECT NULL::BIGINT AS prompt_tokens_target, NULL::VARCHAR AS session_id,
+                               NULL::BIGINT AS completion_tokens_target WHERE false)
 WHERE kept(run_id, step_id);
 
 CREATE OR REPLACE VIEW frames AS FROM results_table('frames') WHERE kept(run_id, step_id);

@@ -12,7 +12,8 @@ import pytest
 from loadgen.client.arrivals import ArrivalSpec, arrival_times
 from loadgen.client.ramps import UserRamp, build
 from loadgen.config import parse_experiment
-from loadgen.driver.plan import grid_steps
+from loadgen.driver import shapes
+from loadgen.driver.plan import GridPlan, grid_steps
 from loadgen.errors import ConfigError
 
 TARGET = {"name": "t", "url": "http://127.0.0.1:9"}
@@ -101,3 +102,24 @@ def test_bad_ramp_config_is_one_line(load, problem):
     with pytest.raises(ConfigError) as err:
         parse_experiment(_exp(load), Path("."))
     assert problem in str(err.value)
+
+
+@pytest.mark.parametrize("load", [
+    {"mode": "open", "rates": [2, 12], "ramp": "linear", "ramp_s": 3, "hold_s": 1.5},
+    {"concurrency": [1, 5, 2], "ramp": "exponential", "ramp_s": 3}])
+def test_a_resume_knows_a_finished_ramp_by_its_first_windows_row(load):
+    """The steps rows a ramp writes (one per window, its mean level as rate or concurrency) and the key a resume
+    reads back from them (loadgen.driver.resume: repeat, and per target coalesce(rate, concurrency)) make the plan
+    skip the ramp, and only that ramp."""
+    exp = parse_experiment(_exp(dict(load, repeats=2)), Path("."))
+    first, second = grid_steps(exp, exp.targets)
+    level = first.loads[0]
+    row = {"target": "t", "rate": level.rate, "concurrency": None if level.rate else level.concurrency,
+           "t_start_ns": 0, "t_end_ns": 10**10}
+    rows = shapes.step_rows(exp.load, first, [row])
+    assert [r["step_id"] for r in rows] == list(range(first.width))
+    done = {(0, frozenset({(r["target"], float(r["rate"] if r["rate"] is not None else r["concurrency"]))}))
+            for r in rows}
+    plan = GridPlan(exp, exp.targets, frozenset(done))
+    step = plan.next_step(7, lambda: {})
+    assert step is not None and step.repeat == 1 and step.step_id == 7   # repeat 0 was kept, repeat 1 runs

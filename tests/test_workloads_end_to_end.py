@@ -72,7 +72,7 @@ def test_every_row_is_sent_once_at_its_scaled_time(trace_run):
     assert 80 <= len(rows) <= 120
     [step] = _rows(con, "SELECT * FROM steps")
     assert (step["mode"], step["speedup"], step["concurrency"]) == ("trace", SPEEDUP, None)
-    assert step["rate"] == pytest.approx(len(rows) * SPEEDUP / rows[-1].t_s)
+    assert step["rate"] == pytest.approx(len(rows) * SPEEDUP / rows[-1].t_s, rel=5e-4)
     sent = {r["prompt_id"]: r for r in _rows(con, "SELECT * FROM requests")}
     assert sorted(sent) == sorted(f"azure-llm-conv-2023-excerpt#{r.index}" for r in rows)
     for row in rows:

@@ -196,5 +196,5 @@ class RowShipper:
         assert step is not None
         return dict(zip(MEASURED, _measured(s)), run_id=step.run_id, step_id=step.step_of(s.t_scheduled_ns),
                     target=self.target, node=self.node, worker=self.worker, prompt_id=p.prompt_id, prompt_kind=p.kind,
-                    template=p.template, prompt_tokens_target=p.target_tokens,
-                    completion_tokens_target=p.max_new_tokens, session_id=p.session_id)
+                    template=p.template, session_id=p.session_id, prompt_tokens_target=p.target_tokens,
+                    completion_tokens_target=p.max_new_tokens)

@@ -33,9 +33,10 @@ class TraceConfig:
     seed: int = 0
 
     def rate(self, speedup: float) -> float:
-        """The replay's mean rate in requests/s at `speedup` (the steps row's `rate`, the step's level)."""
+        """The replay's mean rate in requests/s at `speedup` (the steps row's `rate`, the step's level), to 4
+        significant digits (a level's label)."""
         rows = len(self.trace.rows)
-        return rows * speedup / self.trace.span_s if self.trace.span_s > 0 else float(rows)
+        return float(f"{rows * speedup / self.trace.span_s if self.trace.span_s > 0 else rows:.4g}")
 
     def offsets(self, speedup: float) -> list[float]:
         """Each row's send time in seconds after the step's start, at `speedup`."""

@@ -103,11 +103,11 @@ def _grid_levels(load: LoadConfig) -> list[TargetLoad]:
         return [TargetLoad("", trace.max_in_flight, trace.rate(s), speedup=s) for s in trace.speedups]
     if ramp is not None:
         profile = ramp.profile(load.warmup_s)
-        start, end, _ = profile.windows()[0]
-        first = profile.mean(start, end)
+        start, end, _ = profile.windows()[0]   # its level as the first window's steps row records it (shapes)
         if open_loop is not None:
+            first = profile.mean(start, end)
             return [TargetLoad("", open_loop.max_in_flight, first, first_window=first)]
-        return [TargetLoad("", int(max(ramp.levels)), None, first_window=float(round(first)))]
+        return [TargetLoad("", int(max(ramp.levels)), None, first_window=float(round(profile.mean_users(start, end))))]
     if open_loop is not None:
         return [TargetLoad("", open_loop.max_in_flight, r) for r in open_loop.rates]
     return [TargetLoad("", c) for c in load.concurrency]

@@ -4,8 +4,8 @@ target server's own fit and asking for its row's output length.
 A row with text is sent as it is. Every other row takes the next prompt of the run's seeded mix built to its
 length (loadgen.prompts.mix, sized as for prompts.input_tokens); a row shorter than any whole built-in task
 (config.trace.WHOLE_TASK_TOKENS) takes one built to that length, cut at a word break at its end to the row's length
-in characters by the fit. Each prompt's id is the trace's name and the row's index (`requests.prompt_id`), so a request can be
-matched with its row.
+in characters by the fit. Each prompt's id is the trace's name and the row's index (`requests.prompt_id`), so a
+request can be matched with its row.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ SCHEMA_VERSION = 7  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.pr
                     # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
                     # 5: requests.prompt_tokens_target
                     # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md)
-                    # 7: requests.completion_tokens_target, requests.session_id (trace replay);
+                    # 7: requests.session_id, requests.completion_tokens_target (trace replay);
                     #    steps.speedup (trace replay), steps.ramp, steps.level_start, steps.level_end (ramps)
 
 # Request outcome classes. Exactly one per `requests` row.
@@ -97,11 +97,11 @@ REQUESTS = pa.schema([
     ("prompt_id", pa.string()),
     ("prompt_kind", pa.string()),
     ("template", pa.string()),
+    ("session_id", pa.string()),        # the session a trace row names; NULL otherwise
     ("prompt_tokens", pa.int64()),
     ("prompt_tokens_target", pa.int64()),  # prompts.input_tokens asked for this prompt; NULL without a target
     ("completion_tokens_target", pa.int64()),  # its own output length (a trace row's max_new_tokens); NULL:
     #                                            prompts.max_new_tokens, the run's
-    ("session_id", pa.string()),        # the session of a trace row that names one; NULL otherwise
     ("completion_tokens", pa.int64()),
     ("cached_tokens", pa.int64()),
     ("spec_verify_ct", pa.int64()),

@@ -60,7 +60,7 @@ class FrameBuffer:
 # `requests` columns that say where a request ran and what it asked, not what was measured: the worker fills
 # them when it builds the row (loadgen.client.shipping). Every other column is the StreamState field of that name.
 CONTEXT_COLUMNS = ("run_id", "step_id", "target", "node", "worker", "prompt_id", "prompt_kind", "template",
-                   "prompt_tokens_target", "completion_tokens_target", "session_id")
+                   "session_id", "prompt_tokens_target", "completion_tokens_target")
 MEASURED = tuple(name for name in schema.REQUESTS.names if name not in CONTEXT_COLUMNS)
 
 
