@@ -65,7 +65,8 @@ CREATE OR REPLACE MACRO kept(run_id, step_id) AS
 CREATE OR REPLACE VIEW steps AS
 FROM (FROM results_table('steps', by_name := true)
       UNION ALL BY NAME SELECT NULL::VARCHAR AS probe, NULL::VARCHAR AS hardware, NULL::DOUBLE AS speedup,
-                               NULL::VARCHAR AS ramp, NULL::DOUBLE AS level_start, NULL::DOUBLE AS level_end WHERE false)
+                               NULL::VARCHAR AS ramp, NULL::DOUBLE AS level_start, NULL::DOUBLE AS level_end
+                        WHERE false)
 WHERE kept(run_id, step_id);
 
 -- Schema 5 added requests.prompt_tokens_target, schema 7 session_id and completion_tokens_target (NULL in older
