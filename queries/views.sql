@@ -60,20 +60,23 @@ CREATE OR REPLACE MACRO kept(run_id, step_id) AS
     getvariable('superseded') IS NULL
     OR NOT list_contains(getvariable('superseded'), {'run_id': run_id, 'step_id': step_id});
 
--- Schema 6 added steps.hardware (the node and GPU serving the target; NULL in older files).
+-- Schema 6 added steps.hardware (the node and GPU serving the target), schema 7 speedup (trace replay), ramp,
+-- level_start and level_end (a ramp's windows): NULL in rows of older files.
 CREATE OR REPLACE VIEW steps AS
 FROM (FROM results_table('steps', by_name := true)
-      UNION ALL BY NAME SELECT NULL::VARCHAR AS probe, NULL::VARCHAR AS hardware WHERE false)
+      UNION ALL BY NAME SELECT NULL::VARCHAR AS probe, NULL::VARCHAR AS hardware, NULL::DOUBLE AS speedup,
+                               NULL::VARCHAR AS ramp, NULL::DOUBLE AS level_start, NULL::DOUBLE AS level_end
+                        WHERE false)
 WHERE kept(run_id, step_id);
 
--- Schema 5 added requests.prompt_tokens_target; schema 6 resent, session_id, turn and shared_prefix (NULL in
--- older files). Read by name only when the folder mixes schema versions (analysis sets mixed_schemas): by
--- position a newer file first fails, an older first drops it.
+-- Schema 5 added requests.prompt_tokens_target; schema 6 resent, session_id, turn, shared_prefix and
+-- completion_tokens_target (NULL in older files). Read by name only when the folder mixes schema versions
+-- (analysis sets mixed_schemas): by position a newer file first fails, an older first drops it.
 CREATE OR REPLACE VIEW requests AS
 FROM (FROM results_table('requests', by_name := coalesce(getvariable('mixed_schemas'), false))
       UNION ALL BY NAME SELECT NULL::BIGINT AS prompt_tokens_target, NULL::BOOLEAN AS resent,
-                               NULL::VARCHAR AS session_id, NULL::INTEGER AS turn, NULL::VARCHAR AS shared_prefix
-                        WHERE false)
+                               NULL::VARCHAR AS session_id, NULL::INTEGER AS turn, NULL::VARCHAR AS shared_prefix,
+                               NULL::BIGINT AS completion_tokens_target WHERE false)
 WHERE kept(run_id, step_id);
 
 CREATE OR REPLACE VIEW frames AS FROM results_table('frames') WHERE kept(run_id, step_id);
@@ -106,7 +109,7 @@ CREATE OR REPLACE VIEW step_info AS
 SELECT run_id, step_id, target, target_index, node, emulated, algorithm, draft_tokens, mode, concurrency,
        rate, "repeat", status AS step_status, t_measure_start_ns, t_measure_end_ns,
        (t_measure_end_ns - t_measure_start_ns) / 1e9 AS window_s,
-       coalesce(rate, concurrency) AS level, probe, (t_end_ns - t_start_ns) / 1e9 AS step_s
+       coalesce(rate, concurrency) AS level, probe, (t_end_ns - t_start_ns) / 1e9 AS step_s, speedup
 FROM steps;
 
 -- Series of a run, ranked by first appearance (lowest target_index, then first step): rank 1 is the default
@@ -199,7 +202,9 @@ WHERE name = 'avg_spec_accept_length' AND json_extract_string(labels, '$.when') 
 GROUP BY run_id, step_id, target;
 
 -- Output tokens of frames that arrived inside the step's window, of any request in any phase and status,
--- and of ok requests only. A frame's tokens come from one of three methods (token_method):
+-- and of ok requests only. A frame counts for the step it is filed under (frames.step_id): its request's, except
+-- in a ramp, whose windows are steps of one continuous load: there a frame is filed under the window it arrived
+-- in, whichever window its request was sent in. A frame's tokens come from one of three methods (token_method):
 --   'server'  the server's own per-frame count (SGLang meta_info, OpenAI continuous usage): exact;
 --   'spread'  the server gave a request's total only (OpenAI usage at the end: llama.cpp, vLLM without
 --             continuous_usage_stats): what its frames did not count is spread evenly over its uncounted frames
@@ -217,11 +222,11 @@ WITH one_per_event AS (   -- steps of a server known to stream one token per eve
     SEMI JOIN (SELECT DISTINCT run_id, request_id FROM frames WHERE tokens IS NULL) x USING (run_id, request_id)
     GROUP BY f.run_id, f.request_id
 ), framed AS (            -- method: 1 server, 2 spread, 3 per_event, NULL unknown
-    SELECT f.run_id, f.t_ns, r.step_id, r.target, r.status, f.tokens::DOUBLE AS tokens, 1 AS method
+    SELECT f.run_id, f.t_ns, f.step_id, r.target, r.status, f.tokens::DOUBLE AS tokens, 1 AS method
     FROM frames f JOIN requests r USING (run_id, request_id)
     WHERE f.tokens IS NOT NULL
     UNION ALL   -- frames the server gave no count for: the few, so the counted ones take the short path above
-    SELECT f.run_id, f.t_ns, r.step_id, r.target, r.status,
+    SELECT f.run_id, f.t_ns, f.step_id, r.target, r.status,
            CASE WHEN r.completion_tokens IS NOT NULL
                     THEN greatest(r.completion_tokens - coalesce(u.known_tokens, 0), 0) / u.unknown_frames
                 WHEN e.yes THEN 1.0 END,

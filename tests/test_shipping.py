@@ -17,7 +17,7 @@ from loadgen.client.shipping import RowShipper
 from loadgen.prompts import Prompt
 from loadgen.results import schema
 
-PROMPT = Prompt("p7", "code", "tmpl", text="x", target_tokens=512)
+PROMPT = Prompt("p7", "code", "tmpl", text="x", target_tokens=512, max_new_tokens=64, session_id="s1")
 T_MIN_END = 1_000_000   # the window is known to last at least this long (ns on the step's clock)
 
 
@@ -229,7 +229,8 @@ def test_a_row_has_every_requests_column_measured_ones_from_the_state_by_name(ra
     row = asyncio.run(scenario())
     expected = dict(values, request_id="rq", phase="measure", t_scheduled_ns=11, run_id="run-1", step_id=4,
                     target="tgt", node="node-a", worker="w3", prompt_id="p7", prompt_kind="code", template="tmpl",
-                    session_id="sess-1", turn=2, shared_prefix="code#1", prompt_tokens_target=512)
+                    session_id="sess-1", turn=2, shared_prefix="code#1", prompt_tokens_target=512,
+                    completion_tokens_target=64)
     assert set(row) == set(schema.REQUESTS.names)
     assert row == expected
     [written] = ray.get(sink.rows.remote("requests"))

@@ -5,7 +5,9 @@ constant gaps are exactly 1/rate, Poisson's exponential (CV 1), gamma's of shape
 1/sqrt(burstiness); 1 = Poisson, < 1 burstier, > 1 smoother; vLLM's `--burstiness`). The gaps are drawn with
 mean 1 and divided by the rate, so every rate of a sweep replays the same pattern, only faster, and every step
 the same sequence (as the prompt mix does). A target's W workers each take every W-th arrival of the one
-schedule, so the target sees exactly the configured process, not a superposition of W thinner ones.
+schedule, so the target sees exactly the configured process, not a superposition of W thinner ones. A rate ramp
+(load.ramp) maps the same unit-rate schedule through its profile (loadgen.client.ramps); a trace replay gives
+each worker its own arrival times instead.
 
 Overload: `load.max_in_flight` caps requests in flight per target (split over its workers). An arrival that
 finds the cap reached waits for a free slot and is sent late, later arrivals queue behind it in order, and
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.client import ramps
 from loadgen.errors import ConfigError
 
 ARRIVALS = ("constant", "poisson", "gamma")
@@ -43,12 +46,14 @@ class ArrivalSpec:
     """One worker's part of one step's schedule: arrivals index, index + stride, ... of the target's."""
 
     arrival: str
-    rate: float             # the target's total rate, requests/s
+    rate: float             # the target's total rate, requests/s (with a profile: its mean over the windows)
     burstiness: float
     seed: int
     index: int = 0
     stride: int = 1
     max_in_flight: int = 1 << 30  # this worker's share of load.max_in_flight
+    profile: ramps.Profile | None = None   # a rate ramp (load.ramp): the rate over time instead of `rate`
+    offsets: tuple[float, ...] | None = None  # trace replay: this worker's own arrivals, seconds after the start
 
 
 def unit_gaps(arrival: str, burstiness: float, seed: int) -> Iterator[float]:
@@ -66,13 +71,16 @@ def unit_gaps(arrival: str, burstiness: float, seed: int) -> Iterator[float]:
 
 
 def arrival_times(spec: ArrivalSpec) -> Iterator[tuple[int, float]]:
-    """(arrival number, seconds after the step's start) of this worker's arrivals, in order, forever."""
-    t = 0.0
-    scale = 1.0 / spec.rate
+    """(arrival number, seconds after the step's start) of this worker's arrivals, in order: forever, or a
+    trace's to its end."""
+    if spec.offsets is not None:   # already this worker's share (loadgen.driver.shapes)
+        yield from enumerate(spec.offsets)
+        return
+    u = 0.0   # the schedule's unit time: arrivals of a unit-rate process
     for n, gap in enumerate(unit_gaps(spec.arrival, spec.burstiness, spec.seed)):
-        t += gap * scale
+        u += gap
         if n % spec.stride == spec.index:
-            yield n, t
+            yield n, u / spec.rate if spec.profile is None else spec.profile.time_at(u)
 
 
 def parse_open_loop(t: Any, mode: str, searching: bool = False) -> OpenLoopConfig | None:
@@ -80,7 +88,7 @@ def parse_open_loop(t: Any, mode: str, searching: bool = False) -> OpenLoopConfi
     A capacity search chooses its own rates, so `rates` is then left out."""
     if mode != "open":
         for name in _OPEN_KEYS:
-            if name in t.data:
+            if name in t.data and not (mode == "trace" and name == "max_in_flight"):
                 raise ConfigError(f"load.{name}", "only applies to open-loop load",
                                   'set load.mode = "open" (and rates), or remove it')
         return None
@@ -97,7 +105,7 @@ def parse_open_loop(t: Any, mode: str, searching: bool = False) -> OpenLoopConfi
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
             raise ConfigError(f"load.rates[{i}]", f"must be a number of requests/s > 0, got {r!r}",
                               "e.g. rates = [0.5, 1, 2]")
-    if len(set(rates)) != len(rates):
+    if len(set(rates)) != len(rates) and "ramp" not in t.data:   # a ramp may come back down
         raise ConfigError("load.rates", "has a rate twice", "use `repeats` to run a rate again")
     arrival = t.get("arrival", str, "poisson")
     if arrival not in ARRIVALS:

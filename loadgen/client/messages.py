@@ -6,9 +6,10 @@ from `WorkerProgress`); plain frozen dataclasses, because Ray pickles them.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
-from loadgen.client import arrivals
+from loadgen.client import arrivals, ramps
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,13 @@ class StepSpec:
     realtime_priority: bool = True   # the event-loop thread reads at SCHED_FIFO (see worker._raise_priority)
     t_measure_min_end_ns: int | None = None  # closed loop: the window lasts at least this long, then the
     #                                          driver ends it (close_window); None: t_measure_end_ns
+    users: ramps.UserRamp | None = None   # closed-loop ramp: when each of this worker's users runs
+    window_starts: tuple[int, ...] = ()   # a ramp's later windows: from each on, rows go under the next step id
+    warmup_requests: int = 0         # fixed-count step: this worker's first requests are warm-up (in its quota)
+
+    def step_of(self, t_ns: int) -> int:
+        """The step id a request sent, or a frame or sample taken, at `t_ns` is filed under (a ramp's window)."""
+        return self.step_id + bisect.bisect_right(self.window_starts, t_ns)
 
 
 NOT_FAILED = ("ok", "cancelled")     # outcomes that are not failures: a drain's cut requests are by design
@@ -47,6 +55,7 @@ class WorkerProgress:
     quota_done: bool = False         # fixed-count step: this worker sent its quota
     outcomes: dict[str, int] = field(default_factory=dict)   # status -> finished requests
     unsettled: list[dict] = field(default_factory=list)      # rows the sink has not acknowledged
+    t_first_measured_ns: int | None = None   # when its first measured request was planned (warm-up's end)
 
     @property
     def finished(self) -> int:

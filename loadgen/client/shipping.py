@@ -108,6 +108,9 @@ class RowShipper:
             for name, values in self.frames.columns().items():
                 columns[name] = schema.column("frames", name, values[:n])
                 await asyncio.sleep(0)
+            if step.window_starts:   # a ramp: each frame under the window it arrived in
+                columns["step_id"] = schema.column("frames", "step_id", [step.step_of(t) for t in columns["t_ns"]
+                                                                         .to_pylist()])
             constants = {"run_id": step.run_id, "step_id": step.step_id}
             batches["frames"] = schema.batch_from_columns("frames", columns, constants)
         done, self.finished = (self.finished, []) if final else self._decided(self.finished)
@@ -134,6 +137,11 @@ class RowShipper:
         assert step is not None, "samples outside a step"
         batches = {}
         if rows["t_ns"]:
+            if step.window_starts:   # a ramp: each sample under the window it was taken in
+                rows = dict(rows, step_id=[step.step_of(t) for t in rows["t_ns"]])
+            if step.users is not None:   # a user ramp: the users this worker runs at each sample
+                rows = dict(rows, target_in_flight=[step.users.running((t - step.t_start_ns) / 1e9)
+                                                    for t in rows["t_ns"]])
             constants = {"run_id": step.run_id, "step_id": step.step_id, "worker": self.worker,
                          "node": self.node, "target_in_flight": step.concurrency if self.holds_level else None}
             batches["client_samples"] = schema.batch_from_columns("client_samples", rows, constants)
@@ -187,7 +195,7 @@ class RowShipper:
         """The request's `requests` row: the columns it measured by name, the others from where it ran."""
         step, p = self.step, s.prompt
         assert step is not None
-        return dict(zip(MEASURED, _measured(s)), run_id=step.run_id, step_id=step.step_id, target=self.target,
-                    node=self.node, worker=self.worker, prompt_id=p.prompt_id, prompt_kind=p.kind,
+        return dict(zip(MEASURED, _measured(s)), run_id=step.run_id, step_id=step.step_of(s.t_scheduled_ns),
+                    target=self.target, node=self.node, worker=self.worker, prompt_id=p.prompt_id, prompt_kind=p.kind,
                     template=p.template, session_id=p.session_id, turn=p.turn, shared_prefix=p.shared_prefix,
-                    prompt_tokens_target=p.target_tokens)
+                    prompt_tokens_target=p.target_tokens, completion_tokens_target=p.max_new_tokens)

@@ -17,6 +17,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from functools import partial
 from typing import cast
 
 import aiohttp
@@ -24,7 +25,7 @@ import psutil
 import ray
 from ray.experimental import tqdm_ray
 
-from loadgen.client import arrivals, calibrate, sessions
+from loadgen.client import arrivals, calibrate, ramps, sessions
 from loadgen.client.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
 from loadgen.client.messages import StepSpec, WorkerProgress
 from loadgen.client.protocol import adapter_for
@@ -99,6 +100,7 @@ class LoadWorker:
         self.background: list[asyncio.Task] = []
         self.measure_open = 0
         self.measure_sent = 0
+        self.t_first_measured_ns: int | None = None   # warm-up by count: when the window opened for this worker
         self.window_end_ns = 0
         self.sent = 0
         self.outcomes: dict[str, int] = {}
@@ -173,6 +175,12 @@ class LoadWorker:
         assert self.adapter is not None   # chosen by preflight
         return await calibrate.server_counts(self.endpoint, self.adapter, self.reads, prompts, timeout_s)
 
+    async def fetch_prompts(self) -> None:
+        """Fetch this worker's prompt shard. Done before the first step: fetched at a step's start, a shard took
+        up to 2 s on a loaded machine, and the step's first arrivals (a trace's first rows) were sent that late."""
+        pool, shard = self.prompt_source
+        self.prompts = await ray.get_actor(pool).shard.remote(shard)
+
     async def flush_cache(self) -> None:
         if self.options is not None and not self.options.sglang:
             return  # an OpenAI server other than SGLang has no /flush_cache
@@ -193,14 +201,14 @@ class LoadWorker:
         _raise_priority(step.realtime_priority)  # an async method runs on the event-loop thread, the one to raise
         if self.flavor is None or (self.options is None and self.flavor != "sglang"):
             await self.preflight()  # a restarted actor lost the driver's configure()
-        if not self.prompts:
-            pool, shard = self.prompt_source
-            self.prompts = await ray.get_actor(pool).shard.remote(shard)
+        if not self.prompts:   # a restarted actor's: the driver had them fetched before the first step
+            await self.fetch_prompts()
         self.step = step
         self.issuing = True
         self.stopping.clear()
         self.measure_open = 0
         self.measure_sent = 0
+        self.t_first_measured_ns = None
         self.window_end_ns = step.t_measure_end_ns
         self.shipper.begin(step)
         self.shipper.holds_level = not sessions.users_think(self.prompts)   # users who think hold no request
@@ -220,20 +228,26 @@ class LoadWorker:
         else:
             assert step.concurrency is not None   # closed loop: the runner gives every worker its share
             cursor = iter(range(1 << 62))
-            ramp_ns = (step.t_measure_start_ns - step.t_start_ns) / step.concurrency
-            self.slot_tasks = [asyncio.create_task(self._slot(step, cursor, (k + step.stagger) * ramp_ns))
-                               for k in range(step.concurrency)]
+            warmup_ns = step.t_measure_start_ns - step.t_start_ns
+            if step.users is not None:   # a user ramp: each user runs while the level reaches it
+                self.slot_tasks = [asyncio.create_task(ramps.follow(
+                    partial(self._slot, step, cursor), spans, step.t_start_ns, delay, lambda: self.issuing))
+                    for spans, delay in step.users.plan(step.concurrency, warmup_ns, step.stagger)]
+            else:
+                self.slot_tasks = [asyncio.create_task(self._slot(step, cursor, (k + step.stagger) * warmup_ns /
+                                                                  step.concurrency)) for k in range(step.concurrency)]
         self.background = [asyncio.create_task(self._watchdog(step)),
                            asyncio.create_task(self.shipper.keep_flushing()),
                            asyncio.create_task(self._sampler(step))]
 
-    async def _slot(self, step: StepSpec, cursor: Iterator[int], start_delay_ns: float) -> None:
-        """One unit of concurrency: send, wait for the end, send the next, until told to stop. Slots start
-        spread over the warm-up, so equal-length requests do not run in lockstep (all prefilling at once,
-        all finishing at once) through the window."""
+    async def _slot(self, step: StepSpec, cursor: Iterator[int], start_delay_ns: float,
+                    until_ns: int | None = None) -> None:
+        """One unit of concurrency: send, wait for the end, send the next, until told to stop (or `until_ns`: a
+        user ramp's user leaves). Slots start spread over the warm-up, so equal-length requests do not run in
+        lockstep (all prefilling at once, all finishing at once) through the window."""
         with contextlib.suppress(TimeoutError):   # a stop during a long warm-up must not wait out the delay
             await asyncio.wait_for(self.stopping.wait(), start_delay_ns / 1e9)
-        while self._may_send(step):
+        while self._may_send(step) and (until_ns is None or now_ns() < until_ns):
             if await self._prompt(step, next(cursor), now_ns()) == "client_error":
                 await asyncio.sleep(CONNECT_BACKOFF_S)  # a dead server must not turn a slot into a busy loop
 
@@ -282,17 +296,19 @@ class LoadWorker:
         """One request (prompt n, or a session's turn: its prompt, adapter and id suffix), its phase by its planned
         time, to its end; always leaves exactly one row. Returns its status."""
         prompt = prompt or self.prompts[n % len(self.prompts)]
-        phase = ("warmup" if t_scheduled < step.t_measure_start_ns else
+        phase = ("warmup" if t_scheduled < step.t_measure_start_ns or self.sent < step.warmup_requests else
                  "measure" if t_scheduled < self.window_end_ns else "drain")
         state = StreamState(f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}{suffix}", prompt, phase, t_scheduled,
                             self.shipper.frames)
         adapter = adapter or self.adapter
         assert adapter is not None   # chosen at start, or by preflight/configure before any load
-        body = adapter.body(state.request_id, prompt, self.sampling)
+        body = adapter.body(state.request_id, prompt, self.sampling.for_prompt(prompt))
         self.sent += 1
         if phase == "measure":
             self.measure_open += 1
             self.measure_sent += 1
+            if self.t_first_measured_ns is None:
+                self.t_first_measured_ns = t_scheduled
         try:
             if self.issuing:
                 await stream_request(self.endpoint, adapter, state, body, self.streams, self.reads)
@@ -316,12 +332,13 @@ class LoadWorker:
         """ignore_eos was sent, yet the server stopped: the workload is not the one asked for (shorter outputs).
         Said once in the run's output (Ray forwards a worker's stdout to the driver); queries/workload_check.sql
         counts every such request."""
-        if state.completion_tokens is not None and state.completion_tokens >= self.sampling.max_new_tokens:
+        asked = self.sampling.for_prompt(state.prompt).max_new_tokens
+        if state.completion_tokens is not None and state.completion_tokens >= asked:
             return
         self.warned_early_stop = True
         server = (self.identity or {}).get("server") or "the server"
         print(f"warning: target {self.target.name} ({server}) ended request {state.request_id} with 'stop' after "
-              f"{state.completion_tokens} of {self.sampling.max_new_tokens} tokens although ignore_eos was sent: it "
+              f"{state.completion_tokens} of {asked} tokens although ignore_eos was sent: it "
               "ignores ignore_eos, so outputs are shorter than asked (loadgen query workload_check; or run with "
               "--no-ignore-eos / prompts.ignore_eos = false)", flush=True)
 
@@ -347,7 +364,7 @@ class LoadWorker:
         quota_done = step is not None and step.max_requests is not None and self.sent >= step.max_requests
         unsettled = self.shipper.unsettled(p.state for p in self.streams.values())
         return WorkerProgress(self.name, len(self.streams), self.measure_open, self.sent, quota_done,
-                              dict(self.outcomes), unsettled)
+                              dict(self.outcomes), unsettled, self.t_first_measured_ns)
 
     async def stop_step(self, reason: str = "step ended") -> dict:
         """Stop issuing, cut what is still running (status cancelled), write every row, return counts."""
@@ -432,7 +449,7 @@ class LoadWorker:
                 samples += [(n, v, dict(labels, when="during")) for n, v, labels in probe.server_info_samples(info)]
             except LoadgenError:
                 pass  # a busy server that misses one sample is not a failure of the step
-        return [{"run_id": step.run_id, "step_id": step.step_id, "target": self.target.name,
+        return [{"run_id": step.run_id, "step_id": step.step_of(t), "target": self.target.name,
                  "node": self.target.node, "t_ns": t, "name": name, "value": value,
                  "labels": json.dumps(labels, sort_keys=True)} for name, value, labels in samples]
 

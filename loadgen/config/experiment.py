@@ -10,9 +10,11 @@ from typing import Any
 
 from loadgen.client.arrivals import OpenLoopConfig, parse_open_loop
 from loadgen.config.fleet import Fleet, parse_fleet
+from loadgen.config.ramp import RampConfig, parse_ramp, ramp_given
 from loadgen.config.search import SearchConfig, parse_search
 from loadgen.config.tables import StrictTable, check_name, load_toml
 from loadgen.config.targets import TargetConfig, parse_target
+from loadgen.config.trace import TraceConfig, check_warmup, parse_trace, trace_prompts
 from loadgen.errors import ConfigError
 from loadgen.prompts.mix import PromptsConfig, parse_prompts_config
 from loadgen.results.slo import Slo, parse_slo
@@ -42,6 +44,9 @@ class LoadConfig:
     realtime_priority: bool = True   # workers read at SCHED_FIFO (see worker._raise_priority)
     search: SearchConfig | None = None  # search = "capacity": levels chosen from finished steps' SLO verdicts
     stop_after_slo_failures: int | None = None  # grids: drop a target after this many failed levels in a row
+    trace: TraceConfig | None = None  # mode "trace": the rows replayed and the speedups (the steps' levels)
+    ramp: RampConfig | None = None    # the level ramps between the listed levels within one step
+    warmup_requests: int | None = None  # counted steps and traces: the first K requests per target are warm-up
 
 
 @dataclass(frozen=True)
@@ -72,8 +77,11 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     name = check_name(run.get("name", str, Path(source).stem), "run.name", " (it becomes part of paths and SQL)")
     results = run.get("results", str, None)
     run.done()
-    load = _parse_load(StrictTable(top.get("load", dict, {}), "load"))
-    prompts = parse_prompts_config(top.get("prompts", dict, {}), "prompts", base_dir)
+    load = _parse_load(StrictTable(top.get("load", dict, {}), "load"), base_dir)
+    prompts_table = top.get("prompts", dict, {})
+    prompts = parse_prompts_config(prompts_table, "prompts", base_dir)
+    if load.trace is not None:
+        prompts = trace_prompts(prompts, prompts_table, load.trace)
     slo_table = top.get("slo", dict, None)
     slo = None if slo_table is None else parse_slo(slo_table)
     if slo is None and (load.search or load.stop_after_slo_failures):
@@ -104,20 +112,21 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     return Experiment(name, results, load, prompts, targets, source, data, fleet, slo)
 
 
-def _parse_load(t: StrictTable) -> LoadConfig:
+def _parse_load(t: StrictTable, base_dir: Path) -> LoadConfig:
     mode = t.get("mode", str, "closed")
-    if mode not in ("closed", "open"):
-        raise ConfigError("load.mode", f"unknown mode {mode!r}",
-                          "use \"closed\" (fixed concurrency) or \"open\" (arrivals at a rate)")
+    if mode not in ("closed", "open", "trace"):
+        raise ConfigError("load.mode", f"unknown mode {mode!r}", "use \"closed\" (fixed concurrency), \"open\" "
+                          "(arrivals at a rate) or \"trace\" (a trace's arrivals, [load.trace])")
+    trace = parse_trace(t, mode, base_dir)
     search = parse_search(t, rates=mode == "open")
     open_loop = parse_open_loop(t, mode, searching=search is not None)
-    levels = t.get("concurrency", list) if open_loop is None and search is None else []
-    if not levels and open_loop is None and search is None:
+    levels = t.get("concurrency", list) if open_loop is None and search is None and trace is None else []
+    if not levels and open_loop is None and search is None and trace is None:
         raise ConfigError("load.concurrency", "is empty", "list the levels to sweep, e.g. [1, 2, 4, 8]")
     for i, c in enumerate(levels):
         if not isinstance(c, int) or isinstance(c, bool) or c < 1:
             raise ConfigError(f"load.concurrency[{i}]", f"must be a whole number >= 1, got {c!r}")
-    if len(set(levels)) != len(levels):
+    if len(set(levels)) != len(levels) and not ramp_given(t):
         raise ConfigError("load.concurrency", "has a level twice", "use `repeats` to run a level again")
     repeats = t.get("repeats", int, 1)
     if repeats < 1:
@@ -137,9 +146,18 @@ def _parse_load(t: StrictTable) -> LoadConfig:
     if requests is not None and ("measure_s" in t.data or "warmup_s" in t.data):
         raise ConfigError("load.requests", "fixed-count steps have no timed window",
                           "drop measure_s/warmup_s, or drop requests")
+    warmup_requests = t.get("warmup_requests", int, None)
+    if warmup_requests is not None and (warmup_requests < 0 or requests is None and trace is None):
+        raise ConfigError("load.warmup_requests", f"must be a count >= 0 of requests sent before the measured ones, "
+                          f"with requests = N or a trace (got {warmup_requests})",
+                          "set load.requests, or warm up by time with warmup_s")
+    if trace is not None:
+        check_warmup(trace, warmup_requests, t.get("warmup_s", float, None))
+    measure_s = t.positive("measure_s", 20.0)
+    ramp = parse_ramp(t, [float(c) for c in levels] or list(open_loop.rates if open_loop else []), measure_s)
     config = LoadConfig(
         requests=requests, mode=mode, concurrency=tuple(levels), repeats=repeats, open_loop=open_loop,
-        warmup_s=t.positive("warmup_s", 3.0, allow_zero=True), measure_s=t.positive("measure_s", 20.0),
+        warmup_s=t.positive("warmup_s", 0.0 if trace else 3.0, allow_zero=True), measure_s=measure_s,
         drain_timeout_s=t.positive("drain_timeout_s", 120.0, allow_zero=True),
         stall_timeout_s=t.positive("stall_timeout_s", 60.0), request_timeout_s=t.positive("request_timeout_s", 900.0),
         workers_per_target=workers, schedule=schedule, flush_cache=t.get("flush_cache", bool, True),
@@ -148,7 +166,8 @@ def _parse_load(t: StrictTable) -> LoadConfig:
         server_retry_s=t.positive("server_retry_s", 60.0),
         min_measured=t.get("min_measured_requests", int, None), max_measure_s=t.positive("max_measure_s", 0.0, True),
         realtime_priority=t.get("realtime_priority", bool, True), search=search,
-        stop_after_slo_failures=t.get("stop_after_slo_failures", int, None))
+        stop_after_slo_failures=t.get("stop_after_slo_failures", int, None), trace=trace, ramp=ramp,
+        warmup_requests=warmup_requests)
     t.done()
     if config.stop_after_slo_failures is not None and (search or config.stop_after_slo_failures < 1):
         raise ConfigError("load.stop_after_slo_failures", "must be >= 1, and only applies to a grid of levels",

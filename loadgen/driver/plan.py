@@ -9,10 +9,10 @@ Verdicts come from SQL over the results written so far (runner: `level_slo`), ne
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from loadgen.config import Experiment, TargetConfig
+from loadgen.config import Experiment, LoadConfig, TargetConfig
 from loadgen.driver.search import next_probe
 from loadgen.results.slo import Verdict
 
@@ -27,16 +27,24 @@ class TargetLoad:
     """What one target runs in a step."""
 
     target: str
-    concurrency: int             # closed loop: streams; open loop: the in-flight cap
-    rate: float | None = None    # open loop: requests/s
+    concurrency: int             # closed loop: streams (a user ramp: its most users); open loop: the in-flight cap
+    rate: float | None = None    # open loop: requests/s (a trace: the replay's mean rate at its speedup)
     probe: str | None = None     # capacity search: why this level (steps.probe)
     repeat: int | None = None    # capacity search: earlier runs of this level (else the step's repeat)
+    speedup: float | None = None  # trace replay: the trace's times are divided by this
+    first_window: float | None = None  # a ramp: the level its first window records (how a resume knows it)
 
     @property
     def level(self) -> float:
+        if self.first_window is not None:
+            return self.first_window
         return self.rate if self.rate is not None else float(self.concurrency)
 
     def describe(self) -> str:
+        if self.speedup is not None:
+            return f"trace x{self.speedup:g} ({self.rate:.3g}/s)"
+        if self.first_window is not None:
+            return "ramp"
         return f"C={self.concurrency}" if self.rate is None else f"rate={self.rate:g}/s"
 
 
@@ -48,6 +56,7 @@ class PlannedStep:
     min_measured: int | None = None  # closed loop: requests the window must hold (search: a clear call)
     measure_s: float | None = None   # open loop: the window's length (search: long enough for a clear call)
     max_measure_s: float | None = None  # closed loop: the longest the window may be extended to hold them
+    width: int = 1                   # step ids it uses: a ramp writes one steps row per window, from step_id on
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -75,16 +84,33 @@ def grid_steps(exp: Experiment, targets: tuple[TargetConfig, ...]) -> list[Plann
     repeats."""
     names = tuple(t.name for t in targets)
     groups = [names] if exp.load.schedule == "together" else [(n,) for n in names]
-    open_loop = exp.load.open_loop
-    levels: list[tuple[int, float | None]] = (
-        [(c, None) for c in exp.load.concurrency] if open_loop is None
-        else [(open_loop.max_in_flight, r) for r in open_loop.rates])
+    levels = _grid_levels(exp.load)
     steps: list[PlannedStep] = []
+    width = exp.load.ramp.windows if exp.load.ramp else 1
     for repeat in range(exp.load.repeats):
-        for c, rate in levels:
+        for level in levels:
             for group in groups:
-                steps.append(PlannedStep(len(steps), repeat, tuple(TargetLoad(n, c, rate) for n in group)))
+                loads = tuple(replace(level, target=n) for n in group)
+                steps.append(PlannedStep(len(steps), repeat, loads, width=width))
     return steps
+
+
+def _grid_levels(load: LoadConfig) -> list[TargetLoad]:
+    """A grid's levels, each a TargetLoad without its target: concurrency levels, rates, a trace's speedups, or
+    the one ramp (its most users closed loop, the in-flight cap open loop)."""
+    open_loop, trace, ramp = load.open_loop, load.trace, load.ramp
+    if trace is not None:
+        return [TargetLoad("", trace.max_in_flight, trace.rate(s), speedup=s) for s in trace.speedups]
+    if ramp is not None:
+        profile = ramp.profile(load.warmup_s)
+        start, end, _ = profile.windows()[0]   # its level as the first window's steps row records it (shapes)
+        if open_loop is not None:
+            first = profile.mean(start, end)
+            return [TargetLoad("", open_loop.max_in_flight, first, first_window=first)]
+        return [TargetLoad("", int(max(ramp.levels)), None, first_window=float(round(profile.mean_users(start, end))))]
+    if open_loop is not None:
+        return [TargetLoad("", open_loop.max_in_flight, r) for r in open_loop.rates]
+    return [TargetLoad("", c) for c in load.concurrency]
 
 
 class GridPlan:
@@ -107,7 +133,7 @@ class GridPlan:
             stopped = _stopped_targets(judge(), self.stop_after) if self.stop_after else set()
             loads = tuple(load for load in step.loads if load.target not in stopped | self.dropped)
             if loads and grid_key(step.repeat, loads) not in self.done:
-                return PlannedStep(step_id, step.repeat, loads)
+                return PlannedStep(step_id, step.repeat, loads, width=step.width)
         return None
 
     def drop(self, target: str) -> None:

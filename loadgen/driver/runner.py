@@ -26,14 +26,13 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loadgen import __version__
-from loadgen.client.arrivals import ArrivalSpec
 from loadgen.client.calibrate import calibration_prompts, describe, length_model, prompts_for
 from loadgen.client.messages import StepSpec
 from loadgen.client.protocol.base import SamplingSpec
 from loadgen.client.worker import LoadWorker, PromptPool
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, LoadConfig, TargetConfig
-from loadgen.driver import serverdeath, stop, telemetry
+from loadgen.driver import serverdeath, shapes, stop, telemetry
 from loadgen.driver.placement import LocalPlacement, placement_for
 from loadgen.driver.plan import (
     Judge,
@@ -47,6 +46,7 @@ from loadgen.driver.resume import ResumeState, config_hash
 from loadgen.driver.window import Drain, close_windows, stop_workers, wait_for_drain, write_lost_rows
 from loadgen.errors import TargetError
 from loadgen.prompts.length import LengthModel
+from loadgen.prompts.replay import replay_prompts
 from loadgen.results import analysis, schema
 from loadgen.results.sink import ResultsSink, check_writable, flush
 from loadgen.servers.probe import server_info_samples
@@ -202,7 +202,7 @@ def _run_stages(ctx: RunContext, placement: LocalPlacement, stages: list[tuple[T
         try:
             targets += _bring_up(ctx, stage_targets, placement, servers)
             while step is not None:
-                ctx.steps_run += 1
+                ctx.steps_run += step.width   # a ramp writes a steps row per window
                 if not _run_step(ctx, step, targets, total):
                     incomplete += 1
                 for name in ctx.dropped:   # its server is gone: the other targets go on
@@ -273,10 +273,13 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
               if samples else [])
     stop.during("bring-up")
     models: list[LengthModel | None] = [length_model(t.config.name, samples, c) for t, c in zip(targets, counts)]
-    built = prompts_for(exp.prompts, models or [None] * len(targets), PROMPT_POOL)
+    fits = models or [None] * len(targets)
+    built = (replay_prompts(exp.prompts, fits, exp.load.trace.trace) if exp.load.trace else
+             prompts_for(exp.prompts, fits, PROMPT_POOL))
     pool = _actor(PromptPool).options(name=pool_name).remote([p[i::n] for p in built for i in range(n)])
     for target in targets:
         target.pinned.append(pool)
+    ray.get([w.fetch_prompts.remote() for t in targets for w in t.workers])
     for target, model in zip(targets, models):
         if model is not None:
             target.input_fit = model.to_json()
@@ -372,7 +375,9 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     lost = write_lost_rows(ctx.sink, ctx.run_id, step.step_id, drain.dead)
     reasons = _step_reasons(ctx, started, drain, lost, interrupted, sink_incarnation)
     checks = [serverdeath.check_server(t, ctx.exp.load) if not interrupted else (t.info, None) for t in targets]
-    _write_step_rows(ctx, step, targets, checks, counts, reasons, (times, ends, t_end))
+    starts = [shapes.window_opened(ctx.exp.load, [drain.last.get(started.active.index(w)) for w in group],
+                                   times.measure_start) for group in started.by_target]
+    _write_step_rows(ctx, step, targets, checks, counts, reasons, (times, starts, ends, t_end))
     deaths = _after_server_deaths(ctx, step.step_id, targets, [d for _, d in checks], t_end)
     reason = "; ".join(reasons)
     if step.loads[0].probe:   # a search judges the step next: named before the line that says it is done
@@ -395,7 +400,9 @@ def _plan_times(load: LoadConfig, step: PlannedStep) -> _Times:
     t_ms = t_start if counted else t_start + int(load.warmup_s * 1e9)
     measure_s = step.measure_s or load.measure_s
     t_me = _FOREVER if counted else t_ms + int(measure_s * 1e9)
-    adaptive = not counted and load.open_loop is None
+    if (shaped := shapes.window_s(load, step)) is not None:   # a trace's or a ramp's own window
+        t_ms, t_me, measure_s = t_start + int(shaped[0] * 1e9), t_start + int(shaped[1] * 1e9), shaped[1] - shaped[0]
+    adaptive = not counted and load.open_loop is None and shaped is None
     return _Times(t_start, t_ms, t_me, measure_s, counted, adaptive)
 
 
@@ -407,19 +414,19 @@ def _start_workers(ctx: RunContext, step: PlannedStep, targets: list[_Target], t
         shares = split_concurrency(level.concurrency, len(t.workers))
         quotas = (split_concurrency(load.requests, len(t.workers)) if load.requests is not None   # counted
                   else [None] * len(shares))
-        for i, (worker, share, quota) in enumerate(zip(t.workers, shares, quotas)):
-            if not share or quota == 0:
+        warmups = shapes.warmup_quotas(load, len(t.workers))
+        for i, (worker, share, quota, warmup) in enumerate(zip(t.workers, shares, quotas, warmups)):
+            if not share or quota == 0 and not warmup:
                 continue
-            open_loop = load.open_loop
-            arrival = None if level.rate is None or open_loop is None else ArrivalSpec(
-                open_loop.arrival, level.rate, open_loop.burstiness, open_loop.seed, i,
-                len(t.workers), max_in_flight=share)
+            arrival = shapes.arrival(load, level, i, len(t.workers), share)
             spec = StepSpec(ctx.run_id, step.step_id, share if arrival is None else None, times.start,
                             times.measure_start, _FOREVER if times.adaptive else times.measure_end,
                             load.stall_timeout_s, load.request_timeout_s, sample_server=worker is t.workers[0],
-                            max_requests=quota, arrivals=arrival, stagger=i / len(t.workers),
-                            realtime_priority=load.realtime_priority,
-                            t_measure_min_end_ns=times.measure_end if times.adaptive else None)
+                            max_requests=None if quota is None else quota + warmup, arrivals=arrival,
+                            stagger=i / len(t.workers), realtime_priority=load.realtime_priority,
+                            t_measure_min_end_ns=times.measure_end if times.adaptive else None,
+                            users=shapes.users(load, level, i, len(t.workers)),
+                            window_starts=shapes.window_starts(load, times.start), warmup_requests=warmup)
             try:
                 ray.get(worker.start_step.remote(spec))
                 started.active.append(worker)
@@ -433,7 +440,9 @@ def _start_workers(ctx: RunContext, step: PlannedStep, targets: list[_Target], t
 def _log_start(ctx: RunContext, step: PlannedStep, times: _Times, name: str) -> None:
     load = ctx.exp.load
     window = f"{load.requests} requests per target" if times.counted else (
-        f"warm-up {load.warmup_s:g} s, measure {times.measure_s:g} s")
+        f"warm-up {(times.measure_start - times.start) / 1e9:g} s, measure {times.measure_s:g} s")
+    window += f" after {load.warmup_requests} warm-up requests" if load.warmup_requests and times.counted else ""
+    window += f" ({load.ramp.describe()})" if load.ramp else ""
     repeat = "" if step.loads[0].probe else f" repeat {step.repeat}"   # a search's probe says which run it is
     ctx.log(f"{name} {_describe_loads(step.loads)}{repeat}: {window}")
 
@@ -475,19 +484,22 @@ def _step_reasons(ctx: RunContext, started: _Started, drain: Drain, lost: list[i
 
 
 def _write_step_rows(ctx: RunContext, step: PlannedStep, targets: list[_Target], checks: list, counts: list[dict],
-                     reasons: list[str], when: tuple[_Times, list[int], int]) -> None:
-    """One `steps` row per target (its status, why, the server's state after the step), flushed to disk."""
-    times, ends, t_end = when
+                     reasons: list[str], when: tuple[_Times, list[int], list[int], int]) -> None:
+    """One `steps` row per target (a ramp: per target and window; its status, why, the server's state after the
+    step), flushed to disk."""
+    times, starts, ends, t_end = when
     notes = _stall_notes(ctx, step.step_id, targets, [d for _, d in checks], counts)
     rows = []
-    for t, level, (info_after, death), t_window_end in zip(targets, step.loads, checks, ends):
-        _write_server_info_samples(ctx.sink, ctx.run_id, step.step_id, t, info_after or t.info, t_end, "after")
+    for t, level, (info_after, death), t_window_start, t_window_end in zip(targets, step.loads, checks, starts, ends):
+        _write_server_info_samples(ctx.sink, ctx.run_id, shapes.last_step_id(step), t, info_after or t.info, t_end,
+                                   "after")
         mine = _reasons_for(reasons, t.config.name)
         own = (death.describe,) if death else ()   # the target's server died: its level failed (an SLO fail)
         row_status = "failed" if death else "incomplete" if mine else "complete"
         note = notes.get(t.config.name)   # slow, not hung: said, but not a reason the step is incomplete
-        rows.append(_step_row(ctx, step, level, t, (times.start, times.measure_start, t_window_end, t_end),
+        rows.append(_step_row(ctx, step, level, t, (times.start, t_window_start, t_window_end, t_end),
                               row_status, "; ".join((*mine, *own, *([note] if note else [])))))
+    rows = shapes.step_rows(ctx.exp.load, step, rows)
     ctx.sink.write.remote({"steps": schema.batch_from_rows("steps", rows)})
     ray.get(ctx.sink.flush.remote())
 

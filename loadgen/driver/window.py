@@ -8,7 +8,7 @@ Both waits end with stop.Stopped within a poll of a stop signal (loadgen.driver.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -29,6 +29,7 @@ class Drain:
     drained: bool
     dead: dict[int, tuple[WorkerProgress | None, str]]   # index in `active` -> (last progress, why it is dead)
     budget: str | None = None           # set when the error budget was exceeded
+    last: dict[int, WorkerProgress] = field(default_factory=dict)   # index in `active` -> its last progress
 
 
 def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_s: float, max_measure_s: float,
@@ -86,12 +87,12 @@ def wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load: Loa
         live = [last[i] for i in last if i not in dead]
         budget = _over_budget(load.error_budget, [*live, *(p for p, _ in dead.values() if p)])
         if budget or (dead and load.on_worker_death == "stop") or not live:
-            return Drain(False, dead, budget)
+            return Drain(False, dead, budget, last)
         if now_ns() >= t_measure_end and all(
                 p.measure_open == 0 and (not counted or p.quota_done) for p in live):
-            return Drain(not dead, dead)
+            return Drain(not dead, dead, last=last)
         if now_ns() >= t_deadline:
-            return Drain(False, dead)
+            return Drain(False, dead, last=last)
         if now_ns() >= t_measure_end:
             stop.sleep(POLL_S)
 

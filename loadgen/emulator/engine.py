@@ -64,6 +64,7 @@ class EmuRequest:
     prompt: str | list[int] | None = None   # what the prefix cache sees (None: the request is never cached)
     cached_tokens: int = 0          # leading prompt tokens found in the prefix cache at admission
     t_received_ns: int = field(default_factory=time.time_ns)
+    t_arrived_ns: int = 0           # when its head arrived (server.arrival_middleware), before the body was read
     t_admitted_ns: int = 0
     t_first_ns: int = 0
     t_done_ns: int = 0
@@ -109,6 +110,7 @@ class EmuRequest:
                 "spec_verify_ct": self.spec_verify_ct,
                 "finish_reason": self.finish_reason["type"] if self.finish_reason else None,
                 "status": self.status, "fault": self.fault.record() if self.fault else None,
+                "max_new_tokens": self.max_new_tokens, "t_arrived_ns": self.t_arrived_ns or None,
                 "t_received_ns": self.t_received_ns,
                 "t_first_ns": self.t_first_ns or None, "t_done_ns": self.t_done_ns or None}
 

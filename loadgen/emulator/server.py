@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import time
 import uuid
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from loadgen.emulator.streaming import close_connection
 
 SGLANG_VERSION = "0.5.23"
 GENERATION_ROUTES = frozenset({"/generate", "/v1/completions", "/v1/chat/completions"})
+ARRIVED_NS: contextvars.ContextVar[int | None] = contextvars.ContextVar("arrived_ns")   # per handler task
 
 
 class Emulator:
@@ -99,7 +101,8 @@ class Emulator:
         interval = stream_interval or self.args.stream_interval
         req = EmuRequest(id=rid or uuid.uuid4().hex, rid=rid, kind=kind, route=route, prompt_tokens=ptoks,
                          max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, ignore_eos=ignore_eos,
-                         stream_interval=interval, prompt=prompt)
+                         stream_interval=interval, prompt=prompt,
+                         t_arrived_ns=ARRIVED_NS.get(None) or time.time_ns())
         if stream and self.faults.enabled:
             per_frame = max(float(interval), self.expected_tokens_per_step(kind))
             req.fault = self.faults.pick(int(max_new_tokens / per_frame))
@@ -267,6 +270,14 @@ async def keepalive_middleware(request: web.Request, handler: Handler) -> web.St
 
 
 @web.middleware
+async def arrival_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Stamp when the request's head arrived, before its body is read: the ground truth of send times
+    (GET /emulator/requests `t_arrived_ns`)."""
+    ARRIVED_NS.set(time.time_ns())
+    return await handler(request)
+
+
+@web.middleware
 async def api_key_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """--api-key: every route but /health*, /ready, /metrics and the GPU's exporter needs `Authorization: Bearer
     KEY` (a DCGM exporter asks for none)."""
@@ -281,7 +292,8 @@ async def api_key_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 
 def build_app(emu: Emulator) -> web.Application:
-    app = web.Application(middlewares=[keepalive_middleware, api_key_middleware], client_max_size=64 * 1024 * 1024)
+    app = web.Application(middlewares=[arrival_middleware, keepalive_middleware, api_key_middleware],
+                          client_max_size=64 * 1024 * 1024)
     app[EMU] = emu
     r = app.router
     r.add_route("POST", "/generate", generate)

@@ -29,11 +29,12 @@ class Prompt:
     text: str | None = None
     messages: tuple[dict, ...] | None = None
     target_tokens: int | None = None   # the input length asked for (prompts.input_tokens), in the server's tokens
+    max_new_tokens: int | None = None  # its own output length (a trace row's); None: prompts.max_new_tokens
     conversation: Conversation | None = None   # set: the first turn of a session (its later turns are built from
     #                                            the server's own answers while it runs)
     shared_prefix: str | None = None   # the shared context it starts with ("<source>#<k>"): requests.shared_prefix
-    session_id: str | None = None      # a session's turn as sent: requests.session_id and requests.turn
-    turn: int | None = None
+    session_id: str | None = None      # a conversation's turn as sent, or the session a trace row names
+    turn: int | None = None            # a conversation's turn: requests.turn
 
     @property
     def reuses_prefix(self) -> bool:

@@ -71,12 +71,16 @@ class PromptMix:
             self._taken.append(self._next_prompt())
         return self._taken[:n]
 
-    def _next_prompt(self) -> Prompt:
+    def sized(self, tokens: int) -> Prompt:
+        """The next prompt of the sequence built to `tokens` instead of a drawn length (a trace row's)."""
+        return self._next_prompt(tokens)
+
+    def _next_prompt(self, target: int | None = None) -> Prompt:
         span = self.cfg.input_tokens
-        target = None if span is None else self._length_rng.randint(span.min, span.max)
-        source = min(bisect.bisect_right(self._cumulative, self._rng.random() * self._cumulative[-1]),
-                     len(self._cursors) - 1)  # guard float rounding at the top
-        cursors = self._cursors[source]
+        if target is None and span is not None:
+            target = self._length_rng.randint(span.min, span.max)
+        source = bisect.bisect_right(self._cumulative, self._rng.random() * self._cumulative[-1])
+        cursors = self._cursors[min(source, len(self._cursors) - 1)]  # guard float rounding at the top
         cursor = cursors[self._rng.randrange(len(cursors))]
         src = self.cfg.sources[source]
         prefix = self._shared_prefix(source, src)

@@ -14,7 +14,9 @@ SCHEMA_VERSION = 6  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.pr
                     # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
                     # 5: requests.prompt_tokens_target
                     # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md); requests.resent;
-                    #    requests.session_id, turn, shared_prefix (conversations, shared contexts)
+                    #    requests.session_id, turn, shared_prefix (conversations, shared contexts, trace sessions);
+                    #    requests.completion_tokens_target, steps.speedup (trace replay), steps.ramp,
+                    #    steps.level_start, steps.level_end (ramps)
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -78,6 +80,10 @@ STEPS = pa.schema([
     ("probe", pa.string()),             # capacity search: why it chose this level; NULL in a grid
     ("hardware", pa.string()),          # JSON text: the node and GPU(s) serving the target (host, os, loadgen
                                         # version, GPU name, UUID, driver, CUDA) or why none was read
+    ("speedup", pa.float64()),          # trace replay: the trace's times divided by this; NULL otherwise
+    ("ramp", pa.string()),              # a ramp's window: linear | exponential | hold; NULL for a flat step
+    ("level_start", pa.float64()),      # a ramp's window: the level (rate or users) at its start ...
+    ("level_end", pa.float64()),        # ... and at its end; rate / concurrency hold its mean
 ])
 
 REQUESTS = pa.schema([
@@ -92,11 +98,13 @@ REQUESTS = pa.schema([
     ("prompt_id", pa.string()),
     ("prompt_kind", pa.string()),
     ("template", pa.string()),
-    ("session_id", pa.string()),        # a conversation's session (loadgen/prompts/conversation.py); NULL otherwise
+    ("session_id", pa.string()),        # a conversation's session (loadgen/prompts/conversation.py) or a trace row's
     ("turn", pa.int32()),               # the request's turn in its session, from 1
     ("shared_prefix", pa.string()),     # the shared context it starts with ("<source>#<k>"); NULL without one
     ("prompt_tokens", pa.int64()),
     ("prompt_tokens_target", pa.int64()),  # prompts.input_tokens asked for this prompt; NULL without a target
+    ("completion_tokens_target", pa.int64()),  # its own output length (a trace row's max_new_tokens); NULL:
+    #                                            prompts.max_new_tokens, the run's
     ("completion_tokens", pa.int64()),
     ("cached_tokens", pa.int64()),
     ("spec_verify_ct", pa.int64()),

@@ -31,7 +31,7 @@ def capacity_lines(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 
 def _unit(row: dict, value: float) -> str:
-    if row["mode"] == "open":
+    if row["mode"] in ("open", "trace"):   # a trace replay's level is its mean rate
         return f"{value:g} req/s"
     return f"{value:g} user" + ("s" if value != 1 else "")
 

@@ -22,6 +22,12 @@ class SamplingSpec:
     ignore_eos: bool = True
     temperature: float = 0.0
 
+    def for_prompt(self, prompt: Prompt) -> SamplingSpec:
+        """The policy for one prompt: its own output length (a trace row's) when it has one."""
+        if prompt.max_new_tokens is None or prompt.max_new_tokens == self.max_new_tokens:
+            return self
+        return SamplingSpec(prompt.max_new_tokens, self.ignore_eos, self.temperature)
+
 
 class FrameBuffer:
     """Column lists for the `frames` table; appending costs a few list appends per frame."""
@@ -54,7 +60,7 @@ class FrameBuffer:
 # `requests` columns that say where a request ran and what it asked, not what was measured: the worker fills
 # them when it builds the row (loadgen.client.shipping). Every other column is the StreamState field of that name.
 CONTEXT_COLUMNS = ("run_id", "step_id", "target", "node", "worker", "prompt_id", "prompt_kind", "template",
-                   "session_id", "turn", "shared_prefix", "prompt_tokens_target")
+                   "session_id", "turn", "shared_prefix", "prompt_tokens_target", "completion_tokens_target")
 MEASURED = tuple(name for name in schema.REQUESTS.names if name not in CONTEXT_COLUMNS)
 
 

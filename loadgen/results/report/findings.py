@@ -140,7 +140,7 @@ def _capacity_findings(report: Report) -> list[Finding]:
                                     "file: TTFT, TPOT, e2e thresholds and the share of requests that must meet them).")]
     findings = []
     for c in report.data["capacity"]:
-        fmt = partial(_load_level, open_loop=c.get("mode") == "open")
+        fmt = partial(_load_level, open_loop=c.get("mode") in ("open", "trace"))   # a trace: its mean rate
         if c["capacity"] is None:
             text = f"{report.label(c)}: no load level met the SLO"
             text += f" (failed from {fmt(c['first_fail'])})" if c.get("first_fail") is not None else ""
