@@ -104,6 +104,11 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     return Experiment(name, results, load, prompts, targets, source, data, fleet, slo)
 
 
+def parse_load_table(data: dict) -> LoadConfig:
+    """A [load] table on its own (a recorded run's, runs.config): its settings with every default filled in."""
+    return _parse_load(StrictTable(data, "load"))
+
+
 def _parse_load(t: StrictTable) -> LoadConfig:
     mode = t.get("mode", str, "closed")
     if mode not in ("closed", "open"):

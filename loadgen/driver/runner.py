@@ -28,6 +28,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loadgen import __version__
+from loadgen.client import drafting
 from loadgen.client.arrivals import ArrivalSpec
 from loadgen.client.calibrate import calibration_prompts, describe, length_model, prompts_for
 from loadgen.client.messages import StepSpec
@@ -47,7 +48,7 @@ from loadgen.driver.plan import (
 )
 from loadgen.driver.resume import ResumeState, config_hash
 from loadgen.driver.window import Drain, close_windows, stop_workers, wait_for_drain, write_lost_rows
-from loadgen.errors import TargetError
+from loadgen.errors import ConfigError, TargetError
 from loadgen.prompts.length import LengthModel
 from loadgen.results import analysis, schema
 from loadgen.results.sink import ResultsSink, check_writable, flush
@@ -148,6 +149,8 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
                    resume: ResumeState | None = None) -> RunResult:
     """Run every step of `exp`, writing results under `results_dir`; returns how the run ended. `resume`
     (loadgen.driver.resume.load_resume): append to that run, keeping its finished steps and running the rest."""
+    if any(t.twin is not None for t in exp.targets):   # twins run in virtual time: loadgen.twin.predict
+        raise ConfigError("targets", "a twin is predicted, not run on servers", "use `loadgen twin predict`")
     run_id = resume.run_id if resume else f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     results = Path(results_dir).resolve()
     check_writable(results)   # a full or read-only folder is refused before any load
@@ -623,9 +626,11 @@ def _describe(info: dict) -> str:
     if server != "sglang":  # llama.cpp, vLLM, another OpenAI server (loadgen.servers.serverid)
         name = {"llama.cpp": "llama.cpp", "vllm": "vLLM"}.get(server, "OpenAI-compatible server")
         spec = info.get("server_speculative") or {}
+        said = f"speculative {json.dumps(spec, sort_keys=True) if spec else 'not reported'}"
+        if "speculative_observed" in info:   # what its requests show first (loadgen/client/drafting.py)
+            said = f"{info.get('speculative_algorithm')}: {drafting.describe(spec, info['speculative_observed'])}"
         return (f"{name} {info.get('server_version') or 'version unknown'}, flavor {info.get('flavor')}, "
-                f"speculative {json.dumps(spec, sort_keys=True) if spec else 'not reported'}, "
-                f"model {info.get('model')}")
+                f"{said}, model {info.get('model')}")
     drafts = info.get("speculative_num_draft_tokens")
     algorithm = info.get("speculative_algorithm") or "NONE"
     spec = f"algorithm {algorithm}" + (f", draft tokens {drafts}" if drafts is not None else "")

@@ -21,7 +21,7 @@ from loadgen.emulator.metrics import Metrics, render
 from loadgen.emulator.native import NativeFormat, generate
 from loadgen.emulator.openai_routes import chat_completions, completions
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
-from loadgen.emulator.spec import SpecConfig, resolve
+from loadgen.emulator.spec import SpecConfig, resolve, with_profile
 
 SGLANG_VERSION = "0.5.23"
 
@@ -33,9 +33,9 @@ class Emulator:
         self.args = args
         self.hardware = profiles.load("hardware", args.hardware)
         self.model = profiles.load("models", args.model_profile)
-        self.spec: SpecConfig = resolve(args.speculative_algorithm, args.speculative_num_steps,
-                                        args.speculative_eagle_topk, args.speculative_num_draft_tokens,
-                                        args.speculative_draft_model_path)
+        self.spec: SpecConfig = with_profile(resolve(args.speculative_algorithm, args.speculative_num_steps,
+                                                     args.speculative_eagle_topk, args.speculative_num_draft_tokens,
+                                                     args.speculative_draft_model_path), args.algorithm_profile)
         self.cost = CostModel(self.hardware, self.model, self.spec, args.time_scale)
         self.engine = Engine(self.cost, self.spec, self.model, max_running=args.max_running_requests,
                              max_queued=args.max_queued_requests, seed=args.seed,

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
+SCHEMA_VERSION = 6  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
                     # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
                     # 5: requests.prompt_tokens_target
+                    # 6: steps.predicted (a twin's prediction in virtual time, loadgen/twin/)
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -74,6 +75,7 @@ STEPS = pa.schema([
     ("status", pa.string()),            # complete | incomplete | failed (the target's server died: an SLO fail)
     ("status_reason", pa.string()),
     ("probe", pa.string()),             # capacity search: why it chose this level; NULL in a grid
+    ("predicted", pa.bool_()),          # True when a twin predicted the step in virtual time (docs/twin.md)
 ])
 
 REQUESTS = pa.schema([
