@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
 
 from loadgen.config import parse_experiment
+from loadgen.driver.runner import run_experiment
 from loadgen.results import analysis
 from loadgen.twin.commands import fit_report
 from loadgen.twin.fit import fit_twin
@@ -27,8 +29,7 @@ from twinkit import hidden_profile, measure
 
 FIT_LEVELS = [1, 4, 16]
 LEVELS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
-PROMPTS = {"seed": 7, "max_new_tokens": 64, "ignore_eos": True, "input_tokens": 256}
-SLO = {"tpot_ms": None, "attainment": 0.9}
+PROMPTS = {"seed": 7, "max_new_tokens": 64, "ignore_eos": True, "input_tokens": {"min": 128, "max": 512}}
 
 
 def _predict(targets: dict[str, Path], load: dict, results: Path, slo: dict | None = None) -> str:
@@ -36,18 +37,24 @@ def _predict(targets: dict[str, Path], load: dict, results: Path, slo: dict | No
             "prompts": PROMPTS, "targets": [{"name": n, "twin": {"profile": str(p)}} for n, p in targets.items()]}
     if slo:
         data["slo"] = slo
-    return run_predicted(parse_experiment(data, Path(".")), results, log=lambda *a: None).run_id
+    return run_predicted(parse_experiment(data, Path(".")), results, log=lambda *a: None)
 
 
 @pytest.fixture(scope="module")
-def fitted(ray_local, emulator_factory, tmp_path_factory):
+def hidden_server(ray_local, emulator_factory, tmp_path_factory):
     seed = int(os.environ.get("LOADGEN_TWIN_SEED") or random.SystemRandom().randrange(1 << 30))
     folder = tmp_path_factory.mktemp("twin")
     hidden = hidden_profile(seed, folder)
     print(f"\n{hidden.describe()} (repeat with LOADGEN_TWIN_SEED={seed})")
-    results = folder / "results"
     with emulator_factory(*hidden.flags) as url:
-        run_id = measure(url, FIT_LEVELS, results, PROMPTS)
+        yield hidden, url, folder
+
+
+@pytest.fixture(scope="module")
+def fitted(hidden_server):
+    hidden, url, folder = hidden_server
+    results = folder / "results"
+    run_id = measure(url, FIT_LEVELS, results, PROMPTS)
     twin = fit_twin(read_source(results, run_id, None))
     print(fit_report(twin))
     twin_file = folder / "twin.toml"
@@ -78,14 +85,21 @@ def test_the_twin_predicts_levels_it_never_saw(fitted, predicted, metric, bar):
     assert mape <= bar, (fitted[0].describe(), metric, errors)
 
 
-def test_capacity_within_one_level_of_the_truth(fitted):
-    """At a TPOT line the hidden server meets up to some C in 4..48, both searched the same way in virtual time."""
-    hidden, results, _, twin_file = fitted
-    truth_run = _predict({"truth": hidden.truth}, {"concurrency": LEVELS}, results)
+@pytest.fixture(scope="module")
+def tpot_line(fitted) -> float:
+    """A TPOT line the hidden server meets up to some C between 8 and 32 (halfway between its TPOT there)."""
+    hidden, results, _, _ = fitted
+    truth_run = _predict({"truth": hidden.truth}, {"concurrency": [8, 32]}, results)
     con = analysis.open_results(results, [truth_run])
     tpot = dict(con.execute("SELECT concurrency, tpot_p50 FROM level_metrics").fetchall())
-    line = (tpot[8] + tpot[32]) / 2     # between its C = 8 and C = 32: the capacity lies in between
-    slo = {"tpot_ms": round(line, 3), "attainment": 0.9}
+    return round((tpot[8] + tpot[32]) / 2, 3)
+
+
+def test_capacity_within_one_level_of_the_truth(fitted, tpot_line):
+    """The capacity at that TPOT line, searched the same way in virtual time on the twin and on the truth."""
+    hidden, results, _, twin_file = fitted
+    line = tpot_line
+    slo = {"tpot_ms": line, "attainment": 0.9}
     search = {"search": "capacity", "search_min": 1, "search_max": 64}
     answers = {}
     for name, path in (("truth", hidden.truth), ("twin", twin_file)):
@@ -109,3 +123,36 @@ def test_twin_error_puts_the_prediction_beside_the_measurement(fitted):
         assert r["error_pct"] == pytest.approx(100 * (r["predicted"] / r["measured"] - 1), abs=0.2)
     twin = load_twin(twin_file)
     assert twin.error is not None and set(twin.error.leave_one_out) >= {"tok_s", "tpot_p50_ms", "accept_len"}
+
+
+def test_a_twin_seeded_search_confirms_the_prediction_with_few_probes(fitted, tpot_line, hidden_server):
+    """search_start = "twin" against the hidden server: the search starts at the capacity the twin (fitted from
+    the measured run) predicts, the measured answer lies in the prediction's interval (one level of slack: the
+    interval is the fit's, the server's speed on this shared machine moves between the fit and the search), and a
+    prediction within one level costs at most 4 levels; twin_error then puts the prediction beside the probes."""
+    hidden, url, _ = hidden_server
+    _, results, source_run, _ = fitted
+    exp = parse_experiment({
+        "run": {"name": "seeded"}, "slo": {"tpot_ms": tpot_line, "attainment": 0.8},
+        "load": {"search": "capacity", "search_min": 1, "search_max": 64, "search_start": "twin",
+                 "search_twin": source_run, "search_max_runs": 1, "warmup_s": 1.0, "measure_s": 1.0,
+                 "drain_timeout_s": 120.0},
+        "prompts": PROMPTS, "targets": [{"name": "hidden", "url": url}]}, Path("."))
+    log: list[str] = []
+    outcome = run_experiment(exp, str(results), log=log.append)
+    assert outcome.status == "complete", outcome.reason
+    con = analysis.open_results(results, [outcome.run_id])
+    probes = con.execute("SELECT concurrency, probe FROM steps ORDER BY step_id").fetchall()
+    [row] = analysis.run_query(con, "capacity").to_pylist()
+    [start] = [line for line in log if "the search probes" in line]
+    predicted, low, high = map(int, re.search(r"capacity (\d+) \((\d+)-(\d+)", start).groups())
+    print(f"\n{start}\nprobes {probes}; measured capacity {row['capacity']}")
+    assert probes[0] == (predicted, probes[0][1]) and probes[0][1].startswith("start at the twin's predicted capacity")
+    assert row["capacity"] is not None and low - 1 <= row["capacity"] <= high + 1, (hidden.describe(), probes, row)
+    if abs(row["capacity"] - predicted) <= 1:
+        assert len(probes) <= 4, probes   # right: 2 levels; one off: 3 or 4 (tests/test_search.py)
+    seed_runs = [r for (r,) in analysis.open_results(results).execute(
+        "SELECT run_id FROM runs WHERE name = 'seeded-twin-seed'").fetchall()]
+    rows = analysis.run_query(analysis.open_results(results), "twin_error",
+                              {"predicted_run": seed_runs[0], "measured_run": outcome.run_id}).to_pylist()
+    assert {r["concurrency"] for r in rows} <= {c for c, _ in probes} and rows

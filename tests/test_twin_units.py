@@ -102,8 +102,7 @@ def predicted(tmp_path_factory):
         "slo": {"tpot_ms": 30.0}, "prompts": {"seed": 1, "max_new_tokens": 64, "ignore_eos": True},
         "targets": [{"name": "mtp", "twin": str(mtp.truth)}, {"name": "dflash2", "twin": str(dflash.truth)}]},
         Path("."))
-    result = run_predicted(exp, folder / "results", log=lambda *a: None)
-    return folder / "results", result.run_id
+    return folder / "results", run_predicted(exp, folder / "results", log=lambda *a: None)
 
 
 def test_a_predicted_run_is_an_ordinary_run_marked_predicted(predicted):

@@ -69,8 +69,7 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
     if twin_targets(exp):                # twins run in virtual time: no Ray, no server (docs/twin.md)
         if resume:
             raise ConfigError("--resume", "a predicted run is not resumed", "run it again: it takes seconds")
-        predicted = run_predicted(exp, folder, log=log)
-        return _answer(predicted.results_dir, predicted.run_id, predicted.status, predicted.reason, queries)
+        return _answer(str(folder), run_predicted(exp, folder, log=log), "complete", "", queries)
     state = load_resume(folder, resume, exp) if resume else None
     reach.check_targets(exp)             # a url the driver can tell is down: one line, no Ray
     log(f"loadgen {__version__}: results go to {folder}")

@@ -36,7 +36,7 @@ from loadgen.client.protocol.base import SamplingSpec
 from loadgen.client.worker import LoadWorker, PromptPool
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, LoadConfig, TargetConfig
-from loadgen.driver import serverdeath
+from loadgen.driver import serverdeath, twinseed
 from loadgen.driver.placement import LocalPlacement, placement_for
 from loadgen.driver.plan import (
     Judge,
@@ -154,6 +154,7 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
     run_id = resume.run_id if resume else f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     results = Path(results_dir).resolve()
     check_writable(results)   # a full or read-only folder is refused before any load
+    exp = twinseed.seeded(exp, results, log)   # search_start = "twin": each target's predicted start
     global _stop_signal
     _stop_signal = None
     previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)

@@ -67,11 +67,11 @@ def predict_command(args: argparse.Namespace) -> int:
     if not twin_targets(exp):
         raise ConfigError("targets", f"{exp.source}: no target is a twin", "give each target a [targets.twin] table")
     folder = results_folder(args.results or exp.results)
-    result = run_predicted(exp, folder, log=lambda line: print(line, flush=True))
-    con = analysis.open_results(result.results_dir)
-    answer.write_summary(con, result.results_dir, result.run_id, result.status)
-    print(answer.answer_text(con, result.results_dir, result.run_id))
-    print("\n".join(error_lines(con, result.run_id)))
+    run_id = run_predicted(exp, folder, log=lambda line: print(line, flush=True))
+    con = analysis.open_results(folder)
+    answer.write_summary(con, str(folder), run_id, "complete")
+    print(answer.answer_text(con, str(folder), run_id))
+    print("\n".join(error_lines(con, run_id)))
     return 0
 
 

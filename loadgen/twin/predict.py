@@ -4,8 +4,8 @@ capacity search on the twin's own verdicts), the same tables, every step marked 
 Each step simulates every target's level with the emulator's engine on the twin's numbers (vtime.py) under the
 step's window, and writes its requests and frames as a worker would: the views compute every figure from them,
 so every query, the answer and the report read a prediction as they read a measurement, and say PREDICTED. A
-predicted level measures at least MIN_REQUESTS requests (virtual time is cheap): its figures are the twin's
-expectation, not one noisy sample of it.
+predicted level measures at least MIN_REQUESTS requests and PER_STREAM per unit of concurrency (virtual time is
+cheap): its figures are the twin's expectation, not one noisy sample of it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment
 from loadgen.driver.plan import PlannedStep, TargetLoad, Verdicts, make_plan
 from loadgen.driver.resume import config_hash
-from loadgen.driver.runner import RunResult
 from loadgen.emulator.simulate import LevelRun, SimPrompt
 from loadgen.errors import ConfigError
 from loadgen.prompts import Prompt
@@ -38,7 +37,8 @@ from loadgen.twin.model import Twin
 from loadgen.twin.vtime import Protocol, simulate
 from loadgen.twin.whatif import load_target
 
-MIN_REQUESTS = 100      # a predicted level measures at least this many requests
+MIN_REQUESTS = 200      # a predicted level measures at least this many requests, and 16 per unit of concurrency:
+PER_STREAM = 16         # TTFT is a mix of one-prefill and queued waits, whose median jumps on small samples
 PROMPT_POOL = 4096      # as the runner's
 STEP_GAP_NS = 1_000_000_000   # virtual time between a predicted step's end and the next one's start
 
@@ -67,8 +67,8 @@ def twin_targets(exp: Experiment) -> bool:
     return any(twins)
 
 
-def run_predicted(exp: Experiment, results_dir: str | Path, log: Callable[[str], None] = print) -> RunResult:
-    """Run every step of `exp` on its twins in virtual time, writing a predicted run under `results_dir`."""
+def run_predicted(exp: Experiment, results_dir: str | Path, log: Callable[[str], None] = print) -> str:
+    """Run every step of `exp` on its twins in virtual time, writing a predicted run under `results_dir`; its id."""
     twin_targets(exp)
     results = Path(results_dir).resolve()
     check_writable(results)
@@ -100,7 +100,7 @@ def run_predicted(exp: Experiment, results_dir: str | Path, log: Callable[[str],
     _write_run(writer, exp, run_id, started, now_ns(), "complete", "")
     writer.flush()
     log(f"run {run_id}: {steps} predicted steps, virtual time {(clock - started) / 1e9:.0f} s -> {results}")
-    return RunResult(run_id, str(results), "complete", "")
+    return run_id
 
 
 def _target(exp: Experiment, i: int) -> _Target:
@@ -115,11 +115,13 @@ def _target(exp: Experiment, i: int) -> _Target:
 
 def protocol(exp: Experiment, step: PlannedStep, load: TargetLoad) -> Protocol:
     """The step's window as the runner would hold it (warm-up, at least measure_s, open until enough requests were
-    sent in it, then the drain), with at least MIN_REQUESTS measured (longer than max_measure_s if need be)."""
+    sent in it, then the drain), with at least MIN_REQUESTS and PER_STREAM x C measured (longer than max_measure_s
+    if need be)."""
     cfg = exp.load
     if cfg.requests is not None:   # fixed-count steps: no warm-up, N requests measured
         return Protocol(0.0, 1e-6, max(cfg.requests, MIN_REQUESTS), 1e9, cfg.drain_timeout_s)
-    need = max(cfg.min_measured or max(load.concurrency, step.min_measured or 0), MIN_REQUESTS)
+    need = max(cfg.min_measured or max(load.concurrency, step.min_measured or 0), MIN_REQUESTS,
+               PER_STREAM * load.concurrency)
     return Protocol(cfg.warmup_s, step.measure_s or cfg.measure_s, need, 1e6, cfg.drain_timeout_s)
 
 
