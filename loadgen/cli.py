@@ -1,4 +1,4 @@
-"""`loadgen` command line: capacity | run | query | report | check-draft | emulate.
+"""`loadgen` command line: capacity | run | query | report | check-draft | twin | emulate.
 
 Every user error is printed as one line naming the problem and the fix, with exit code 2.
 """
@@ -166,6 +166,49 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _twin_fit(args: argparse.Namespace) -> int:
+    from loadgen.twin.commands import fit_command
+    return fit_command(args)
+
+
+def _twin_predict(args: argparse.Namespace) -> int:
+    from loadgen.twin.commands import predict_command
+    return predict_command(args)
+
+
+def _twin_parser(sub: Any) -> None:
+    """`loadgen twin fit | predict` (docs/twin.md)."""
+    twin = sub.add_parser("twin", help="a twin of a measured target: fit it from a run, predict in virtual time")
+    verbs = twin.add_subparsers(dest="verb", required=True)
+    p = verbs.add_parser("fit", help="fit a twin to one target's measured levels of a run (>= 2 levels)")
+    p.add_argument("--results", default="results", help="results folder (default ./results)")
+    p.add_argument("--run", required=True, help="the run id to fit from (a grid or a closed-loop search)")
+    p.add_argument("--target", help="the target to fit (default: the run's only one)")
+    p.add_argument("-o", "--output", required=True, help="the twin file to write (TOML)")
+    p.add_argument("--hardware", help="the prior hardware profile, name or .toml (default: what an emulated "
+                   "server says it ran, else gb10)")
+    p.add_argument("--model-profile", help="the model profile, name or .toml (required for a real server: what "
+                   "one token reads and computes)")
+    p.add_argument("--algorithm-profile", help="the prior algorithm profile, name or .toml (default: the "
+                   "algorithm's shipped one)")
+    p.add_argument("--draft-tokens", type=int, help="tokens verified per step, where the server does not say "
+                   "(llama.cpp: --spec-draft-n-max + 1)")
+    p.set_defaults(func=_twin_fit)
+    p = verbs.add_parser("predict", help="run an experiment on twins in virtual time (the tables, marked predicted)")
+    p.add_argument("--config", help="an experiment whose targets are [targets.twin] tables")
+    p.add_argument("--twin", help="or one twin file, with the flags below")
+    p.add_argument("--concurrency", type=int, nargs="+", help="--twin: the levels to predict")
+    p.add_argument("--slo", metavar="LINES", help="judge each level, e.g. ttft_ms=2000,tpot_ms=100")
+    p.add_argument("--search-max", type=int, help="--twin with --slo: search the capacity up to this level")
+    p.add_argument("--draft-tokens", type=int, help="--twin what-if: another draft budget")
+    p.add_argument("--max-running", type=int, help="--twin what-if: another max running requests")
+    p.add_argument("--kv-pool", type=int, help="--twin what-if: another KV pool (tokens)")
+    p.add_argument("--max-tokens", type=int, help="--twin what-if: another output length (max_new_tokens)")
+    p.add_argument("--name", help="--twin: the target's name (default: the twin's source target)")
+    p.add_argument("--results", help="results folder (default: run.results in the file, else ./results)")
+    p.set_defaults(func=_twin_predict)
+
+
 def _check_draft(args: argparse.Namespace) -> int:
     from loadgen.servers.draftcheck import run_check
     return run_check(args.path, args.expect, args.profile)
@@ -258,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="also check a launch profile's flags against the draft (name in "
                    "infra/profiles/ or a .toml path)")
     p.set_defaults(func=_check_draft)
+    _twin_parser(sub)
     return parser
 
 

@@ -11,7 +11,7 @@
 SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency, s.rate, s."repeat",
        a.ok_requests, a.spec_requests,
        round(a.accept_len, 3) AS accept_len, round(a.accept_len_mean, 3) AS accept_len_mean,
-       s.emulated
+       s.emulated, s.predicted
 FROM step_info s
 JOIN step_acceptance a ON a.run_id = s.run_id AND a.step_id = s.step_id AND a.target = s.target
 WHERE a.prompt_kind = '(all)'

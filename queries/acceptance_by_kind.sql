@@ -9,7 +9,7 @@ SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency
        a.prompt_kind, a.ok_requests, a.spec_requests,
        round(a.accept_len, 3) AS accept_len, round(a.accept_len_mean, 3) AS accept_len_mean,
        round(a.tokens_per_frame, 3) AS tokens_per_frame,
-       s.emulated
+       s.emulated, s.predicted
 FROM step_info s
 JOIN step_acceptance a ON a.run_id = s.run_id AND a.step_id = s.step_id AND a.target = s.target
 ORDER BY s.run_id, s.target_index, s.target, s.algorithm, s.concurrency, s.rate, s."repeat", s.step_id,

@@ -18,7 +18,7 @@ b AS (
 SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency, s.rate, s."repeat",
        (b.bucket * w.width + 1) || '-' || ((b.bucket + 1) * w.width) AS positions,
        b.requests, b.frames, round(b.tokens / b.frames, 3) AS tokens_per_frame,
-       s.emulated
+       s.emulated, s.predicted
 FROM b JOIN step_info s USING (run_id, step_id, target), w
 ORDER BY s.run_id, s.target_index, s.target, s.algorithm, s.concurrency, s.rate, s."repeat", s.step_id,
          b.bucket;

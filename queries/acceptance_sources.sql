@@ -77,7 +77,7 @@ SELECT s.run_id, s.step_id, s.target, v.server, s.algorithm, s.draft_tokens, s.c
        round(100 * (i.server_info_after / a.accept_len - 1), 1) AS server_info_diff_pct,
        round(100 * (c.tokens / nullif(c.tokens - c.accepted - coalesce(c.finished, f.n), 0) / a.accept_len - 1), 1)
            AS counter_diff_pct,
-       s.emulated
+       s.emulated, s.predicted
 FROM step_info s
 JOIN step_acceptance a ON a.run_id = s.run_id AND a.step_id = s.step_id AND a.target = s.target
 JOIN srv v ON v.run_id = s.run_id AND v.step_id = s.step_id AND v.target = s.target

@@ -19,7 +19,7 @@ SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.mode, s.rat
        round(quantile_cont(r.t_sent_ns - r.t_scheduled_ns, 0.99) / 1e6, 3) AS lateness_p99_ms,
        round(max(r.t_sent_ns - r.t_scheduled_ns) / 1e6, 3) AS lateness_max_ms,
        round(avg((r.t_sent_ns - r.t_scheduled_ns > 1e6)::int), 4) AS share_late_1ms,
-       s.emulated
+       s.emulated, s.predicted
 FROM step_info s
 JOIN requests r ON r.run_id = s.run_id AND r.step_id = s.step_id AND r.target = s.target
 WHERE s.mode IN ('open', 'trace') AND r.phase = 'measure'

@@ -36,7 +36,7 @@ answer AS (
            list(l.level ORDER BY l.level) FILTER (NOT l.clear) AS unclear_levels,
            min(l.level) AS lowest, max(l.level) AS highest,
            count(*) AS levels_probed, sum(l.steps) AS steps, sum(l.step_s) AS step_s,
-           bool_or(l.emulated) AS emulated
+           bool_or(l.emulated) AS emulated, bool_or(l.predicted) AS predicted
     FROM l JOIN bounds b USING (run_id, target)
     GROUP BY l.run_id, l.target, b.first_fail, b.first_clear_fail
 ),
@@ -52,7 +52,7 @@ per_target AS (
                     || array_to_string(list_transform(a.unclear_levels, lambda x: printf('%g', x)), ', ')
                     || ' (decided on the point estimate)' END,
                g.note) AS note,
-           a.emulated
+           a.emulated, a.predicted
     FROM answer a
     LEFT JOIN (SELECT run_id, target, string_agg(note, '; ' ORDER BY setting) AS note
                FROM (SELECT run_id, unnest(string_split(targets, ', ')) AS target, setting, note FROM gpu_confounders)
@@ -68,7 +68,8 @@ fleet AS (
            if(bool_or(p.capacity_high IS NULL), NULL, sum(p.capacity_high)) AS capacity_high, NULL AS first_fail,
            sum(p.tok_s) AS tok_s, median(p.user_tok_s) AS user_tok_s, median(p.accept_len) AS accept_len,
            sum(p.levels_probed) AS levels_probed, sum(p.steps) AS steps, sum(p.step_s) AS step_s,
-           count(*) || ' nodes' AS note, bool_or(p.emulated) AS emulated
+           count(*) || ' nodes' AS note, bool_or(p.emulated) AS emulated,
+           bool_or(p.predicted) AS predicted
     FROM per_target p JOIN fleet_targets f USING (run_id, target)
     WHERE f.configuration <> f.target
     GROUP BY p.run_id, f.configuration
@@ -77,7 +78,8 @@ fleet AS (
 SELECT run_id, target, node, algorithm, draft_tokens, mode,
        capacity, capacity_low, capacity_high, first_fail,
        round(tok_s, 2) AS tok_s, round(user_tok_s, 2) AS user_tok_s, round(accept_len, 3) AS accept_len,
-       levels_probed, steps, round(step_s, 1) AS step_s, nullif(note, '') AS note, emulated
+       levels_probed, steps, round(step_s, 1) AS step_s, nullif(note, '') AS note, emulated,
+       predicted
 FROM (FROM per_target UNION ALL BY NAME FROM fleet) c
 ORDER BY run_id, node = '(fleet)',
          (SELECT min(target_index) FROM steps s WHERE s.run_id = c.run_id AND s.target = c.target), target;

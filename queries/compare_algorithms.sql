@@ -13,7 +13,8 @@ SELECT run_id, concurrency, rate,
        round(accept_len_change_pct, 1) AS accept_len_change_pct,
        round(baseline_tok_s, 2) AS baseline_tok_s, round(tok_s, 2) AS tok_s,
        round(tok_s_change_pct, 1) AS tok_s_change_pct,
-       baseline_repeats, repeats, signal, any_emulated AS emulated
+       baseline_repeats, repeats, signal, any_emulated AS emulated,
+       any_predicted AS predicted
 FROM comparison
 WHERE NOT is_baseline
 ORDER BY run_id, target, algorithm, draft_tokens, concurrency, rate;

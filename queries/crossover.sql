@@ -25,7 +25,7 @@ SELECT run_id, baseline_target, baseline_algorithm, target, algorithm,
        if(side > 0, target, baseline_target) AS winner,
        round(previous_change_pct, 1) AS previous_tok_s_change_pct,
        round(tok_s_change_pct, 1) AS tok_s_change_pct,
-       signal, any_emulated AS emulated
+       signal, any_emulated AS emulated, any_predicted AS predicted
 FROM walk
 WHERE previous_side IS NOT NULL AND side <> previous_side
 ORDER BY run_id, target, algorithm, concurrency, rate;

@@ -21,7 +21,7 @@ SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency
        round(100 * c.measured / sum(c.measured) OVER (PARTITION BY c.run_id, c.step_id, c.target), 2)
            AS pct_of_measured,
        c.example_error,
-       s.emulated
+       s.emulated, s.predicted
 FROM c
 JOIN step_info s USING (run_id, step_id, target)
 ORDER BY s.run_id, s.target_index, s.target, s.algorithm, s.concurrency, s.rate, s."repeat", s.step_id,

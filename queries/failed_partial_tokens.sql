@@ -29,7 +29,7 @@ WITH per_request AS (
 SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency, s.rate, s."repeat",
        p.status, p.requests, p.with_tokens, p.delivered_tokens::BIGINT AS delivered_tokens,
        coalesce(p.measured_tokens, 0)::BIGINT AS measured_tokens, round(p.pct, 2) AS pct_of_step_tokens,
-       s.emulated
+       s.emulated, s.predicted
 FROM per_status p
 JOIN step_info s USING (run_id, step_id, target)
 WHERE p.status <> 'ok'

@@ -25,7 +25,7 @@ SELECT s.run_id, s.step_id, s.target, s.node, s.algorithm, s.draft_tokens, s.con
                    died := g.server_died) AS verdict,
        slo_clear(slo_verdict(g.has_slo, g.met, g.measured, g.failed, g.slo_attainment, g.slo_max_error_rate,
                              died := g.server_died), g.met, g.measured, g.slo_attainment, died := g.server_died) AS clear,
-       s.emulated
+       s.emulated, s.predicted
 FROM step_info s
 JOIN step_slo g USING (run_id, step_id, target)
 ORDER BY s.run_id, s.target_index, s.target, s.level, s.step_id;

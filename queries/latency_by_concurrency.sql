@@ -18,7 +18,7 @@
 SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency, s.rate, s."repeat",
        l.metric, l.n, round(l.mean, 2) AS mean, round(l.q[1], 2) AS p50, round(l.q[2], 2) AS p90,
        round(l.q[3], 2) AS p99, round(l.max, 2) AS max,
-       s.emulated
+       s.emulated, s.predicted
 FROM step_info s
 JOIN step_latency l USING (run_id, step_id, target)
 ORDER BY s.run_id, s.target_index, s.target, s.algorithm, s.concurrency, s.rate, s."repeat", s.step_id,

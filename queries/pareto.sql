@@ -8,7 +8,8 @@
 --   verdict     the level's SLO verdict (goodput / level_slo), NULL without an SLO
 WITH points AS (
     SELECT r.run_id, r.target, r.algorithm, r.draft_tokens, r.concurrency, r.rate,
-           coalesce(r.rate, r.concurrency) AS level, r.tok_s, u.user_tok_s, v.verdict, r.emulated
+           coalesce(r.rate, r.concurrency) AS level, r.tok_s, u.user_tok_s, v.verdict, r.emulated,
+           r.predicted
     FROM level_results r
     LEFT JOIN level_user_rate u ON u.run_id = r.run_id AND u.target = r.target AND u.level = coalesce(r.rate, r.concurrency)
     LEFT JOIN level_slo v ON v.run_id = r.run_id AND v.target = r.target
@@ -22,7 +23,7 @@ SELECT p.run_id, p.target, p.algorithm, p.draft_tokens, p.concurrency, p.rate,
        NOT EXISTS (SELECT 1 FROM points q WHERE q.run_id = p.run_id
                    AND q.user_tok_s >= p.user_tok_s AND q.tok_s >= p.tok_s
                    AND (q.user_tok_s > p.user_tok_s OR q.tok_s > p.tok_s)) AS on_frontier,
-       p.verdict, p.emulated
+       p.verdict, p.emulated, p.predicted
 FROM points p
 WHERE p.user_tok_s IS NOT NULL AND p.tok_s IS NOT NULL
 ORDER BY p.run_id, p.target, p.level;

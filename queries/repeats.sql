@@ -14,6 +14,6 @@ SELECT run_id, target, algorithm, draft_tokens, concurrency, rate, repeats,
        round(accept_len_min, 3) AS accept_len_min, round(accept_len, 3) AS accept_len_median,
        round(accept_len_max, 3) AS accept_len_max,
        round(tok_s_change_pct, 1) AS tok_s_change_pct, signal,
-       emulated
+       emulated, predicted
 FROM comparison
 ORDER BY run_id, series_rank, concurrency, rate;

@@ -8,7 +8,8 @@ WITH st AS (
     SELECT run_id, count(*) AS steps,
            list(DISTINCT concurrency ORDER BY concurrency) FILTER (concurrency IS NOT NULL) AS concurrency,
            list(DISTINCT rate ORDER BY rate) FILTER (rate IS NOT NULL) AS rate,
-           max("repeat") + 1 AS repeats, median(window_s) AS window_s, bool_or(emulated) AS emulated
+           max("repeat") + 1 AS repeats, median(window_s) AS window_s, bool_or(emulated) AS emulated,
+           bool_or(predicted) AS predicted
     FROM step_info GROUP BY run_id
 ), se AS (
     SELECT run_id, string_agg(target || '=' || coalesce(algorithm, '?') || coalesce('/' || draft_tokens, ''),
@@ -20,7 +21,7 @@ SELECT r.run_id, r.name, r.status, make_timestamp(r.started_at_ns // 1000) AS st
        coalesce(st.steps, 0) AS steps, se.series, st.concurrency, st.rate, st.repeats,
        round(st.window_s, 1) AS window_s,
        r.loadgen_version, r.git_commit, r.schema_version,
-       st.emulated
+       st.emulated, st.predicted
 FROM runs r
 LEFT JOIN st USING (run_id)
 LEFT JOIN se USING (run_id)

@@ -18,7 +18,7 @@ SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency
        round(d.s.q[1], 2) AS decode_tok_s_p50, round(d.s.q[2], 2) AS decode_tok_s_p90,
        round(d.s.q[3], 2) AS decode_tok_s_p99,
        t.window_frames, t.frames_unknown_tokens, t.token_method,
-       s.emulated
+       s.emulated, s.predicted
 FROM step_info s
 JOIN step_throughput t USING (run_id, step_id, target)
 LEFT JOIN (SELECT run_id, step_id, target, sample_stats(decode_tok_s) AS s FROM measured WHERE status = 'ok'

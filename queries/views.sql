@@ -18,7 +18,8 @@
 --   * Request-level metrics use only requests with phase 'measure' (sent inside the window); latency and
 --     acceptance additionally only status 'ok'. Throughput counts frames by arrival time instead.
 --   * A series is what a comparison compares: one (target, algorithm, draft_tokens) within a run.
---   * `emulated` travels with every row that carries numbers: the emulator's numbers are a model.
+--   * `emulated` travels with every row that carries numbers: the emulator's numbers are a model; so does
+--     `predicted`: a twin's prediction in virtual time (docs/twin.md), never a measurement.
 
 -- 100 * (new / old - 1): the % change every comparison reports.
 CREATE OR REPLACE MACRO pct_change(new, old) AS 100 * (new / old - 1);
@@ -60,12 +61,15 @@ CREATE OR REPLACE MACRO kept(run_id, step_id) AS
     getvariable('superseded') IS NULL
     OR NOT list_contains(getvariable('superseded'), {'run_id': run_id, 'step_id': step_id});
 
--- Schema 6 added steps.hardware (the node and GPU serving the target), schema 7 speedup (trace replay), ramp,
--- level_start and level_end (a ramp's windows): NULL in rows of older files.
+-- Schema 6 added steps.hardware (the node and GPU serving the target), speedup (trace replay), ramp,
+-- level_start and level_end (a ramp's windows): NULL in rows of older files; and steps.predicted (a twin's
+-- prediction, docs/twin.md): false in rows of older files.
 CREATE OR REPLACE VIEW steps AS
+SELECT * REPLACE (coalesce(predicted, false) AS predicted)
 FROM (FROM results_table('steps', by_name := true)
       UNION ALL BY NAME SELECT NULL::VARCHAR AS probe, NULL::VARCHAR AS hardware, NULL::DOUBLE AS speedup,
-                               NULL::VARCHAR AS ramp, NULL::DOUBLE AS level_start, NULL::DOUBLE AS level_end
+                               NULL::VARCHAR AS ramp, NULL::DOUBLE AS level_start, NULL::DOUBLE AS level_end,
+                               NULL::BOOLEAN AS predicted
                         WHERE false)
 WHERE kept(run_id, step_id);
 
@@ -106,8 +110,8 @@ WHERE kept(run_id, step_id);
 
 -- One row per step with the columns every result row is labelled with.
 CREATE OR REPLACE VIEW step_info AS
-SELECT run_id, step_id, target, target_index, node, emulated, algorithm, draft_tokens, mode, concurrency,
-       rate, "repeat", status AS step_status, t_measure_start_ns, t_measure_end_ns,
+SELECT run_id, step_id, target, target_index, node, emulated, predicted, algorithm, draft_tokens, mode,
+       concurrency, rate, "repeat", status AS step_status, t_measure_start_ns, t_measure_end_ns,
        (t_measure_end_ns - t_measure_start_ns) / 1e9 AS window_s,
        coalesce(rate, concurrency) AS level, probe, (t_end_ns - t_start_ns) / 1e9 AS step_s, speedup
 FROM steps;
@@ -117,7 +121,7 @@ FROM steps;
 CREATE OR REPLACE VIEW series AS
 SELECT run_id, target, algorithm, draft_tokens,
        row_number() OVER (PARTITION BY run_id ORDER BY min(target_index), min(step_id), target) AS series_rank,
-       bool_or(emulated) AS emulated
+       bool_or(emulated) AS emulated, bool_or(predicted) AS predicted
 FROM step_info
 GROUP BY run_id, target, algorithm, draft_tokens;
 
@@ -370,7 +374,7 @@ SELECT r.run_id, r.target, r.algorithm, r.draft_tokens, r.concurrency, r.rate,
        min(r.tok_s) AS tok_s_min, median(r.tok_s) AS tok_s, max(r.tok_s) AS tok_s_max,
        min(r.accept_len) AS accept_len_min, median(r.accept_len) AS accept_len,
        max(r.accept_len) AS accept_len_max,
-       bool_or(r.emulated) AS emulated
+       bool_or(r.emulated) AS emulated, bool_or(r.predicted) AS predicted
 FROM step_results r
 JOIN series x ON x.run_id = r.run_id AND x.target = r.target AND x.algorithm IS NOT DISTINCT FROM r.algorithm
              AND x.draft_tokens IS NOT DISTINCT FROM r.draft_tokens
@@ -391,7 +395,7 @@ SELECT o.*,
        if(o.is_baseline, NULL, pct_change(o.tok_s, b.tok_s)) AS tok_s_change_pct,
        if(o.is_baseline, NULL,
           outside_spread(o.tok_s_min, o.tok_s_max, o.repeats, b.tok_s_min, b.tok_s_max, b.repeats)) AS signal,
-       b.emulated OR o.emulated AS any_emulated
+       b.emulated OR o.emulated AS any_emulated, b.predicted OR o.predicted AS any_predicted
 FROM l o
 JOIN l b ON b.run_id = o.run_id AND b.is_baseline
         AND b.concurrency IS NOT DISTINCT FROM o.concurrency AND b.rate IS NOT DISTINCT FROM o.rate;
@@ -498,6 +502,7 @@ WITH pooled AS (
            sum(g.measured) AS measured, sum(g.failed) AS failed, sum(g.met) AS met,
            any_value(g.has_slo) AS has_slo, any_value(g.slo_attainment) AS slo_attainment,
            any_value(g.slo_max_error_rate) AS slo_max_error_rate, bool_or(s.emulated) AS emulated,
+           bool_or(s.predicted) AS predicted,
            bool_or(g.server_died) AS server_died
     FROM step_slo g JOIN step_info s USING (run_id, step_id, target)
     GROUP BY ALL
@@ -716,3 +721,41 @@ SELECT v.run_id, v.unit, w.by_node, w.targets, 'gpu.' || lower(v.what), v.value,
        w.emulated
 FROM versions v JOIN usual u USING (run_id, what) JOIN worded w USING (run_id, unit)
 WHERE u.kinds > 1 AND v.value <> u.usual;
+
+-- ---- Twins (docs/twin.md, queries/twin_error.sql) ----
+--
+-- Per series and load level, over the level's steps (repeats, or a search's runs of it): the figures a twin is
+-- fitted to (loadgen/twin/observe.py) and judged on (twin_error.sql): tok_s and accept_len as level_results
+-- (medians over the steps), TTFT p50/p90 and TPOT p50 over the level's measured ok requests pooled.
+CREATE OR REPLACE VIEW level_metrics AS
+WITH req AS (
+    SELECT s.run_id, s.target, s.algorithm, s.draft_tokens, s.concurrency, s.rate, count(*) AS requests,
+           quantile_cont(m.ttft_ms, 0.5) AS ttft_p50, quantile_cont(m.ttft_ms, 0.9) AS ttft_p90,
+           quantile_cont(m.tpot_ms, 0.5) AS tpot_p50
+    FROM measured m JOIN step_info s USING (run_id, step_id, target)
+    WHERE m.status = 'ok'
+    GROUP BY ALL
+)
+SELECT r.run_id, r.target, r.algorithm, r.draft_tokens, r.concurrency, r.rate,
+       coalesce(r.rate, r.concurrency) AS level, r.repeats AS steps, coalesce(q.requests, 0) AS requests,
+       r.tok_s, r.accept_len, q.ttft_p50, q.ttft_p90, q.tpot_p50, r.emulated, r.predicted
+FROM level_results r
+LEFT JOIN req q ON q.run_id = r.run_id AND q.target = r.target AND q.algorithm IS NOT DISTINCT FROM r.algorithm
+               AND q.draft_tokens IS NOT DISTINCT FROM r.draft_tokens
+               AND q.concurrency IS NOT DISTINCT FROM r.concurrency AND q.rate IS NOT DISTINCT FROM r.rate;
+
+-- A predicted step's twin, from its steps.server_info (key `twin`, written by loadgen/twin/predict.py): the run
+-- and target it was fitted from, the levels it saw, and the error of that fit (mean absolute % error, averaged
+-- over the metrics, in-sample and leave-one-level-out; max_mape_pct: the largest of any metric, which the 15%
+-- limit is held against; `worst`: the metric and level that missed most).
+CREATE OR REPLACE VIEW twin_sources AS
+SELECT DISTINCT run_id, target, server_info->>'$.twin.source_run' AS source_run,
+       server_info->>'$.twin.source_target' AS source_target,
+       from_json(server_info->'$.twin.fit_levels', '["DOUBLE"]') AS fit_levels,
+       (server_info->>'$.twin.error.in_sample_mape_pct')::DOUBLE AS in_sample_mape_pct,
+       (server_info->>'$.twin.error.loo_mape_pct')::DOUBLE AS loo_mape_pct,
+       (server_info->>'$.twin.error.max_mape_pct')::DOUBLE AS max_mape_pct,
+       server_info->>'$.twin.error.worst' AS worst,
+       server_info->>'$.twin.what_if' AS what_if
+FROM steps
+WHERE predicted;

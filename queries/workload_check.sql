@@ -65,7 +65,7 @@ SELECT s.run_id, s.step_id, s.target,
            CASE WHEN p.ratio_p5 < 0.9 OR p.ratio_p95 > 1.1 THEN 'input tokens off target' END,
            CASE WHEN p.asked IS NOT NULL AND p.actual IS NULL THEN 'input tokens not counted' END,
            CASE WHEN p.out_actual < 0.99 * p.out_asked THEN 'output tokens short' END), '') AS flags,
-       s.emulated
+       s.emulated, s.predicted
 FROM step_info s
 JOIN steps st ON st.run_id = s.run_id AND st.step_id = s.step_id AND st.target = s.target
 LEFT JOIN per_step p ON p.run_id = s.run_id AND p.step_id = s.step_id AND p.target = s.target

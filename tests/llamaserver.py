@@ -39,16 +39,16 @@ def llama_server_paths() -> tuple[str, str] | str:
 
 
 class LlamaServer:
-    """`llama-server -m MODEL -md MODEL` (its own draft: greedy drafts are accepted unless the draft stops early)
-    with `--metrics`, N slots, on 127.0.0.1."""
+    """`llama-server -m MODEL -md MODEL` (its own draft: greedy drafts are accepted unless the draft stops early;
+    draft=False: no draft) with `--metrics`, N slots, on 127.0.0.1."""
 
     def __init__(self, binary: str, model: str, log_path: Path, parallel: int = 4, draft_max: int = 4,
-                 ctx_per_slot: int = 4096, extra: tuple[str, ...] = ()) -> None:
+                 ctx_per_slot: int = 4096, extra: tuple[str, ...] = (), draft: bool = True) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        self.args = [binary, "-m", model, "-md", model, "--spec-type", "draft-simple",
-                     "--spec-draft-n-max", str(draft_max), "--metrics", "--host", "127.0.0.1",
+        drafting = ["-md", model, "--spec-type", "draft-simple", "--spec-draft-n-max", str(draft_max)] if draft else []
+        self.args = [binary, "-m", model, *drafting, "--metrics", "--host", "127.0.0.1",
                      "--port", str(self.port), "-np", str(parallel), "-c", str(ctx_per_slot * parallel),
                      "-t", "2", "--no-webui", *extra]
         self.proc: subprocess.Popen | None = None

@@ -85,15 +85,18 @@ def test_the_cycle_finder_finds_a_loop():
 # emulator stands beside the client as a server would, sharing only the launch helpers; config reads every wing's
 # vocabulary (flavours, arrivals, the SLO) but never the driver. Root modules other than the entry point (cli)
 # are leaves (clock, errors, values).
-WINGS = ("client", "driver", "servers", "results", "config", "prompts", "emulator")
+# The twin (a measured target's model, run in virtual time) reads results, runs the emulator's engine under the
+# driver's plan, and never measures (client); only the driver (a seeded search, a predicted run) reaches it.
+WINGS = ("client", "driver", "servers", "results", "config", "prompts", "emulator", "twin")
 FORBIDDEN = {
     "driver": {"cli"},
-    "client": {"driver", "cli", "emulator"},
-    "servers": {"driver", "client", "results", "cli"},
-    "results": {"client", "driver", "servers", "cli", "emulator"},
-    "config": {"driver", "cli"},
-    "prompts": {"client", "driver", "servers", "results", "config", "emulator", "cli"},
-    "emulator": {"client", "driver", "results", "config", "prompts", "cli"},
+    "client": {"driver", "cli", "emulator", "twin"},
+    "servers": {"driver", "client", "results", "cli", "twin"},
+    "results": {"client", "driver", "servers", "cli", "emulator", "twin"},
+    "config": {"driver", "cli", "twin"},
+    "prompts": {"client", "driver", "servers", "results", "config", "emulator", "cli", "twin"},
+    "emulator": {"client", "driver", "results", "config", "prompts", "cli", "twin"},
+    "twin": {"client", "cli"},
     "root": set(WINGS) | {"cli"},
     "cli": set(),
 }

@@ -73,7 +73,13 @@ def llama_run(ray_local, llama, tmp_path_factory):
         assert outcome.status == "complete", outcome
         con = analysis.open_results(outcome.results_dir, [outcome.run_id])
         logged = server_log_timings(llama.tail_bytes()[log_at:].decode("utf-8", "replace"))
-        runs[concurrency] = (con, {k: after[k] - before.get(k, 0.0) for k in after}, logged)
+        # The preflight's drafting probe (loadgen/client/drafting.py) is the run's first task, before any load; it
+        # records what the counters moved by during it, so the run's own requests are the rest.
+        [(info,)] = con.execute("SELECT any_value(server_info) FROM steps").fetchall()
+        probe = json.loads(info)["speculative_observed"]
+        assert probe["drafts"] is True and logged[0]["gen_n"] == probe["completion_tokens"]
+        delta = {k: after[k] - before.get(k, 0.0) - probe["counters"].get(k, 0.0) for k in after}
+        runs[concurrency] = (con, delta, logged[1:])
     return runs
 
 
@@ -87,6 +93,38 @@ def test_auto_names_llama_cpp_and_records_it_in_steps(llama_run):
         assert info["routes"]["/props"] == 200 and info["routes"]["/get_server_info"] == 404
         # the 404 route is probed once at preflight, never sampled during the step
         assert not _rows(con, "SELECT 1 FROM server_samples WHERE name = 'avg_spec_accept_length'")
+
+
+def test_the_start_up_line_says_what_the_server_does(llama_run):
+    """/props says speculative.types none; the probe request's timings show drafts: the algorithm is DRAFT, and the
+    line puts the evidence first, what the server says after it."""
+    from loadgen.driver.runner import _describe
+    for con, _, _ in llama_run.values():
+        [(algorithm, info)] = con.execute("SELECT algorithm, any_value(server_info) FROM steps GROUP BY ALL").fetchall()
+        info = json.loads(info)
+        assert info["server_speculative"]["speculative.types"] == "none"
+        assert algorithm == info["speculative_algorithm"] == "DRAFT"
+        observed = info["speculative_observed"]
+        assert observed["accepted"] == observed["completion_tokens"] - 1 - observed["verify_passes"] >= 0
+        assert observed["counters"]["llamacpp:tokens_predicted_total"] == observed["completion_tokens"]
+        line = _describe(info)
+        assert "DRAFT: drafts: a 16-token probe request took" in line, line
+        assert line.index("drafts:") < line.index('server says {"metrics"'), line
+
+
+def test_a_server_without_a_draft_is_none_by_its_requests_too(ray_local, llama_server_bin, tmp_path):
+    binary, model = llama_server_bin
+    with LlamaServer(binary, model, tmp_path / "server.log", parallel=1, draft=False) as server:
+        exp = parse_experiment({"run": {"name": "llama-plain"}, "load": {"concurrency": [1], "requests": 1,
+                                "request_timeout_s": 300.0, "realtime_priority": False},
+                                "prompts": {"max_new_tokens": 8, "ignore_eos": True},
+                                "targets": [{"name": "plain", "url": server.url}]}, Path("."))
+        outcome = run_experiment(exp, str(tmp_path / "results"), log=lambda *a: None)
+    con = analysis.open_results(outcome.results_dir, [outcome.run_id])
+    [(algorithm, info)] = con.execute("SELECT algorithm, server_info FROM steps").fetchall()
+    observed = json.loads(info)["speculative_observed"]
+    assert algorithm == "NONE" and observed["drafts"] is False and "verify_passes" not in observed
+    assert json.loads(info)["max_running_requests"] == 1   # its slots, under SGLang's name (/props total_slots)
 
 
 def test_every_request_ok_with_the_tokens_asked_for(llama_run):

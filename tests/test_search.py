@@ -3,6 +3,7 @@ spends few levels doing so; unclear levels are run again within the budget; the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loadgen.config import parse_experiment
-from loadgen.config.search import SearchConfig
+from loadgen.config.search import SearchConfig, TwinStart
 from loadgen.driver.plan import SearchPlan, TargetLoad
 from loadgen.driver.search import next_probe
 from loadgen.errors import ConfigError
@@ -181,3 +182,31 @@ def test_loadgen_run_names_a_bad_slo_flag_in_one_line_before_any_load():
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and out.stderr.startswith(expected), out.stderr
         assert len(out.stderr.splitlines()) == 1 and out.stdout == ""
+
+
+@given(st.integers(1, 200), st.integers(1, 200), st.integers(2, 256))
+def test_twin_seeded_search_confirms_a_right_prediction_in_two_probes_and_survives_a_wrong_one(capacity, seed, high):
+    """Seeded at the twin's K: K and K + 1 (or K and K - 1) settle a right prediction, one off costs one probe more;
+    any other still ends at the exact threshold, the walk from a wrong seed bounded like any search's."""
+    low, seed = 1, min(seed, high)
+    plain = SearchConfig(float(low), float(high), start=float(round(math.sqrt(low * high))))
+    interval = TwinStart("t", seed, max(low, seed - 2), min(high, seed + 2))   # the twin's interval: +-2 levels
+    seeded = dataclasses.replace(plain, start=float(seed), twin="run", seeds=(interval,))
+    verdicts, probes = _search(seeded, lambda level: level <= capacity)
+    want = min(capacity, high) if capacity >= low else None
+    assert _capacity(verdicts) == want
+    assert probes[0] == seed
+    if seed == capacity < high or seed == capacity + 1:
+        assert len(probes) == 2, probes
+    if abs(seed - capacity) <= 2 and capacity < high:   # inside the interval: at most 2 probes more
+        assert len(probes) <= 4, probes
+    assert len(probes) <= 2 * math.ceil(math.log2(high)) + 3, probes
+
+
+def test_a_seeded_probe_says_why_it_was_chosen():
+    cfg = SearchConfig(1.0, 64.0, start=12.0, twin="run", seeds=(TwinStart("t", 12, 11, 14),))
+    assert next_probe(cfg, {}).reason == "start at the twin's predicted capacity 12 (11-14)"
+    assert next_probe(cfg, {12.0: Verdict(True, True, 1)}).reason == (
+        "confirm the twin's prediction: 12 passed, the next level up")
+    assert next_probe(cfg, {12.0: Verdict(True, True, 1), 13.0: Verdict(False, True, 1)}) is None
+    assert next_probe(cfg, {12.0: Verdict(False, True, 1)}).level == 11.0

@@ -25,7 +25,7 @@ import psutil
 import ray
 from ray.experimental import tqdm_ray
 
-from loadgen.client import arrivals, calibrate, ramps, sessions
+from loadgen.client import arrivals, calibrate, drafting, ramps, sessions
 from loadgen.client.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
 from loadgen.client.messages import StepSpec, WorkerProgress
 from loadgen.client.protocol import adapter_for
@@ -44,6 +44,7 @@ WATCHDOG_PERIOD_S = 0.1
 WORKER_NICE = -10          # the worker's threads Ray starts at nice 15 (see _raise_priority)
 LOOP_RT_PRIORITY = 1       # SCHED_FIFO priority of the event-loop thread: the lowest, below every kernel thread
 CONNECT_BACKOFF_S = 0.1     # a slot's pause after a request that could not even connect
+DRAFT_PROBE_TIMEOUT_S = 60.0  # llama.cpp's drafting probe before any load (client/drafting.py)
 PROGRESS_LINE_S = 5.0       # without live bars (the driver's output is a log): a plain progress line this often
 
 
@@ -125,6 +126,13 @@ class LoadWorker:
         info = await probe.sglang_server_info(session, url, self.api_key)
         return info if info is not None else {"speculative_algorithm": "UNKNOWN", "version": "unknown"}
 
+    async def _counters(self) -> dict[str, float]:
+        """The server's unlabelled /metrics series now (empty where /metrics does not answer)."""
+        if (self.identity or {}).get("routes", {}).get("/metrics", 200) != 200:
+            return {}
+        samples = await probe.metrics_samples(await self._session(), self.url, self.api_key)
+        return {name: value for name, value, labels in samples if not labels}
+
     async def preflight(self) -> tuple[dict, OpenAIOptions | None]:
         """Before any load: the server info, and for openai-* flavours the resolved request options (GET
         /v1/models must answer an OpenAI list; the model defaults to its first id). TargetError otherwise,
@@ -157,6 +165,10 @@ class LoadWorker:
                                 cache_prompt=ident.name != serverid.LLAMACPP,  # no prefix reuse (README)
                                 cache_salt=ident.name == serverid.VLLM)
         self.configure(options)
+        if ident.name == serverid.LLAMACPP and self.adapter is not None:   # what it does over what it says
+            observed = await drafting.observe(self.endpoint, self.adapter, self.reads, DRAFT_PROBE_TIMEOUT_S,
+                                              self._counters)
+            info = self.identity = drafting.with_observed(info, observed)
         return info, options
 
     def configure(self, options: OpenAIOptions | None) -> None:
@@ -471,6 +483,7 @@ def identity_info(ident: serverid.ServerId, flavor: str) -> dict:
     info = {"server": ident.name, "server_version": ident.version, "model": ident.model, "flavor": flavor,
             "server_speculative": ident.speculative, "routes": ident.routes}
     if ident.name != serverid.SGLANG:
+        info.update(ident.limits)
         types = ident.speculative.get("speculative.types")
         info["version"] = ident.version or "unknown"
         info["speculative_algorithm"] = (str(types).upper() if isinstance(types, str) and types

@@ -4,7 +4,7 @@ sent. Unknown keys are errors (a misspelt key that is silently ignored is a wron
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ from loadgen.config.fleet import Fleet, parse_fleet
 from loadgen.config.ramp import RampConfig, parse_ramp, ramp_given
 from loadgen.config.search import SearchConfig, parse_search
 from loadgen.config.tables import StrictTable, check_name, load_toml
-from loadgen.config.targets import TargetConfig, parse_target
+from loadgen.config.targets import TargetConfig, TwinRef, parse_target, parse_twin_ref
 from loadgen.config.trace import TraceConfig, check_warmup, parse_trace, trace_prompts
 from loadgen.errors import ConfigError
 from loadgen.prompts.mix import PromptsConfig, parse_prompts_config
@@ -109,7 +109,26 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     urls = [t.url for t in targets if t.url]
     if len(urls) != len(set(urls)):
         raise ConfigError("targets", "two targets have the same url", "list each server once")
+    if load.search is not None and isinstance(load.search.twin, dict):
+        load = replace(load, search=replace(load.search, twin=_search_twins(load.search.twin, names, base_dir)))
     return Experiment(name, results, load, prompts, targets, source, data, fleet, slo)
+
+
+def _search_twins(table: dict, names: list[str], base_dir: Path) -> tuple[tuple[str, TwinRef], ...]:
+    """search_twin as a table: every target's twin file (or [targets.twin]-like table), and no other name."""
+    for name in table:
+        if name not in names:
+            raise ConfigError(f"load.search_twin.{name}", "is not a target", f"use the targets' names: {names}")
+    missing = [n for n in names if n not in table]
+    if missing:
+        raise ConfigError(f"load.search_twin.{missing[0]}", "is required: every target's search starts from its twin",
+                          'give its twin file, e.g. mtp = "mtp.toml", or search_twin = "<run id>" to fit each')
+    return tuple((n, parse_twin_ref(table[n], f"load.search_twin.{n}", base_dir)) for n in names)
+
+
+def parse_load_table(data: dict, base_dir: Path = Path(".")) -> LoadConfig:
+    """A [load] table on its own (a recorded run's, runs.config): its settings with every default filled in."""
+    return _parse_load(StrictTable(data, "load"), base_dir)
 
 
 def _parse_load(t: StrictTable, base_dir: Path) -> LoadConfig:

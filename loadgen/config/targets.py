@@ -16,6 +16,55 @@ EMULATOR_ALGORITHMS = ("NONE", "EAGLE", "EAGLE3", "NEXTN", "DFLASH")
 
 
 @dataclass(frozen=True)
+class TwinRef:
+    """[targets.twin]: a twin file (`loadgen twin fit`) the target is, run in virtual time (docs/twin.md), and
+    what a what-if changes in it; None keeps the twin's own."""
+
+    profile: str                     # the twin file, resolved against the experiment's folder
+    draft_tokens: int | None = None  # another draft budget (tokens verified per step)
+    max_running_requests: int | None = None
+    kv_pool_tokens: int | None = None
+    algorithm_from: str | None = None   # another twin's algorithm (its draft and acceptance) on this one's hardware
+
+    def what_if(self) -> str:
+        """The changes in words (steps.server_info, the answer), empty when there are none."""
+        parts = [f"{k} = {v}" for k, v in (("draft_tokens", self.draft_tokens),
+                                             ("max_running_requests", self.max_running_requests),
+                                             ("kv_pool_tokens", self.kv_pool_tokens),
+                                             ("algorithm_from", self.algorithm_from)) if v is not None]
+        return ", ".join(parts)
+
+
+TWIN_KEYS = ("profile", "draft_tokens", "max_running_requests", "kv_pool_tokens", "algorithm_from")
+
+
+def parse_twin_ref(raw: Any, key: str, base_dir: Path) -> TwinRef:
+    """A [targets.twin] table (or a search_twin entry): the file exists and every override is a positive count."""
+    if isinstance(raw, str):
+        raw = {"profile": raw}
+    t = StrictTable(raw, key)
+    profile = (base_dir / t.get("profile", str)).resolve()
+    if not profile.is_file():
+        raise ConfigError(f"{key}.profile", f"twin file not found: {profile}",
+                          "write one with `loadgen twin fit --results R --run ID -o FILE`")
+    counts = {}
+    for name in TWIN_KEYS[1:4]:
+        value = t.get(name, int, None)
+        if value is not None and value < 1:
+            raise ConfigError(f"{key}.{name}", f"must be >= 1, got {value}")
+        counts[name] = value
+    other = t.get("algorithm_from", str, None)
+    if other is not None:
+        other_path = (base_dir / other).resolve()
+        if not other_path.is_file():
+            raise ConfigError(f"{key}.algorithm_from", f"twin file not found: {other_path}", "give another twin file")
+        other = str(other_path)
+    t.done()
+    return TwinRef(str(profile), counts["draft_tokens"], counts["max_running_requests"], counts["kv_pool_tokens"],
+                   other)
+
+
+@dataclass(frozen=True)
 class TargetConfig:
     name: str
     flavor: str
@@ -29,6 +78,7 @@ class TargetConfig:
     spec_details: bool | None = None  # openai-*: ask for SGLang's spec_tokens_details; None = if SGLang >= 0.5.23
     telemetry: str | None = None     # the server's DCGM exporter (http://node:9400/metrics); docs/telemetry.md
     telemetry_gpus: tuple[str, ...] | None = None   # the GPUs (index or UUID) that serve it; None: every one shown
+    twin: TwinRef | None = None      # [targets.twin]: a twin run in virtual time instead of a server
 
 
 def parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
@@ -42,9 +92,12 @@ def parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
                           f"use auto or one of {', '.join(sorted(ADAPTERS))}")
     url = t.get("url", str, None)
     emulator = t.get("emulator", dict, None)
-    if (url is None) == (emulator is None):
-        raise ConfigError(key, "needs exactly one of `url` (a running server) or [emulator] (launched by loadgen)",
-                          "set url = \"http://host:port\" or add a [targets.emulator] table")
+    twin_table = t.get("twin", (dict, str), None)
+    if [url, emulator, twin_table].count(None) != 2:
+        raise ConfigError(key, "needs exactly one of `url` (a running server), [emulator] (launched by loadgen) or "
+                          "[twin] (a twin file, predicted in virtual time)",
+                          "set url = \"http://host:port\", or add a [targets.emulator] or [targets.twin] table")
+    twin = None if twin_table is None else parse_twin_ref(twin_table, f"{key}.twin", base_dir)
     if url is not None:
         check_url(url, f"{key}.url")
         url = url.rstrip("/")
@@ -64,7 +117,8 @@ def parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
     openai = _openai_options(t, key, flavor)
     telemetry, gpus = telemetry_options(t, key)
     t.done()
-    return TargetConfig(name, flavor, url, args, node, api_key_env, api_key_file, *openai, telemetry, gpus)
+    return TargetConfig(name, flavor, url, args, node, api_key_env, api_key_file, *openai, telemetry, gpus,
+                        twin=twin)
 
 
 def telemetry_options(t: StrictTable, key: str) -> tuple[str | None, tuple[str, ...] | None]:

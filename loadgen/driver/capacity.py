@@ -25,6 +25,7 @@ from loadgen.errors import ConfigError, LoadgenError, user_message  # noqa: E402
 from loadgen.results import analysis, answer
 from loadgen.results.sink import check_writable  # noqa: E402
 from loadgen.results.slo import parse_slo_flag  # noqa: E402
+from loadgen.twin.predict import run_predicted, twin_targets  # noqa: E402
 
 log = functools.partial(print, flush=True)
 
@@ -65,6 +66,10 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
         raise ConfigError("fleet", "this experiment has no [fleet] table", "use python -m jobs.capacity for it")
     folder = results_folder(results or exp.results)
     check_writable(folder)               # before Ray starts, like the config
+    if twin_targets(exp):                # twins run in virtual time: no Ray, no server (docs/twin.md)
+        if resume:
+            raise ConfigError("--resume", "a predicted run is not resumed", "run it again: it takes seconds")
+        return _answer(str(folder), run_predicted(exp, folder, log=log), "complete", "", queries)
     state = load_resume(folder, resume, exp) if resume else None
     reach.check_targets(exp)             # a url the driver can tell is down: one line, no Ray
     stop.check()                         # a stop signal before Ray starts: there is no run to record
@@ -73,15 +78,20 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
 
     def report(result: RunResult) -> None:
         """The summary files and the answer, then what the job adds: the run's last part (runner)."""
-        con = analysis.open_results(result.results_dir, [result.run_id])
-        log(f"\nrun {result.run_id}: {result.status}{' - ' + result.reason if result.reason else ''}")
-        answer.write_summary(con, result.results_dir, result.run_id, result.status)
-        log(answer.answer_text(con, result.results_dir, result.run_id))   # the answer first, then the job's
-        for query in queries:
-            log(f"\n{query}:\n" + analysis.render(analysis.run_query(con, query), "table"))
-        log(f"results: {result.results_dir}")
+        _answer(result.results_dir, result.run_id, result.status, result.reason, queries)
     result = run_experiment(exp, str(folder), log=log, resume=state, report=report)
     return 0 if result.status == "complete" else 1
+
+
+def _answer(results_dir: str, run_id: str, status: str, reason: str, queries: tuple[str, ...]) -> int:
+    con = analysis.open_results(results_dir, [run_id])
+    log(f"\nrun {run_id}: {status}{' - ' + reason if reason else ''}")
+    answer.write_summary(con, results_dir, run_id, status)
+    log(answer.answer_text(con, results_dir, run_id))   # the answer first, then what the job adds
+    for query in queries:
+        log(f"\n{query}:\n" + analysis.render(analysis.run_query(con, query), "table"))
+    log(f"results: {results_dir}")
+    return 0 if status == "complete" else 1
 
 
 def job_main(prog: str, doc: str, queries: tuple[str, ...], fleet: bool) -> None:

@@ -180,7 +180,7 @@ class SearchPlan:
         loads: list[TargetLoad] = []
         for name in self.names:
             mine = verdicts.get(name, {})
-            probe = next_probe(self.search, dict(mine))
+            probe = next_probe(self.search.for_target(name), dict(mine))
             if probe is None:
                 continue
             earlier = mine.get(probe.level)

@@ -26,13 +26,14 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loadgen import __version__
+from loadgen.client import drafting
 from loadgen.client.calibrate import calibration_prompts, describe, length_model, prompts_for
 from loadgen.client.messages import StepSpec
 from loadgen.client.protocol.base import SamplingSpec
 from loadgen.client.worker import LoadWorker, PromptPool
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, LoadConfig, TargetConfig
-from loadgen.driver import serverdeath, shapes, stop, telemetry
+from loadgen.driver import serverdeath, shapes, stop, telemetry, twinseed
 from loadgen.driver.placement import LocalPlacement, placement_for
 from loadgen.driver.plan import (
     Judge,
@@ -44,7 +45,7 @@ from loadgen.driver.plan import (
 )
 from loadgen.driver.resume import ResumeState, config_hash
 from loadgen.driver.window import Drain, close_windows, stop_workers, wait_for_drain, write_lost_rows
-from loadgen.errors import TargetError
+from loadgen.errors import ConfigError, TargetError
 from loadgen.prompts.length import LengthModel
 from loadgen.prompts.replay import replay_prompts
 from loadgen.results import analysis, schema
@@ -135,9 +136,12 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
     run, so the run row is written after it, and a stop signal during it leaves the run incomplete. A stop
     signal raises stop.Stopped once the run is recorded as stopped."""
     stop.during("the run's start")
+    if any(t.twin is not None for t in exp.targets):   # twins run in virtual time: loadgen.twin.predict
+        raise ConfigError("targets", "a twin is predicted, not run on servers", "use `loadgen twin predict`")
     run_id = resume.run_id if resume else f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     results = Path(results_dir).resolve()
     check_writable(results)   # a full or read-only folder is refused before any load
+    exp = twinseed.seeded(exp, results, log)   # search_start = "twin": each target's predicted start
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     # the sink runs on the driver's node: results are written where the job was started
     sink_name = f"loadgen-sink-{run_id}-{uuid.uuid4().hex[:6]}"
@@ -665,9 +669,11 @@ def _describe(info: dict) -> str:
     if server != "sglang":  # llama.cpp, vLLM, another OpenAI server (loadgen.servers.serverid)
         name = {"llama.cpp": "llama.cpp", "vllm": "vLLM"}.get(server, "OpenAI-compatible server")
         spec = info.get("server_speculative") or {}
+        said = f"speculative {json.dumps(spec, sort_keys=True) if spec else 'not reported'}"
+        if "speculative_observed" in info:   # what its requests show first (loadgen/client/drafting.py)
+            said = f"{info.get('speculative_algorithm')}: {drafting.describe(spec, info['speculative_observed'])}"
         return (f"{name} {info.get('server_version') or 'version unknown'}, flavor {info.get('flavor')}, "
-                f"speculative {json.dumps(spec, sort_keys=True) if spec else 'not reported'}, "
-                f"model {info.get('model')}")
+                f"{said}, model {info.get('model')}")
     drafts = info.get("speculative_num_draft_tokens")
     algorithm = info.get("speculative_algorithm") or "NONE"
     spec = f"algorithm {algorithm}" + (f", draft tokens {drafts}" if drafts is not None else "")

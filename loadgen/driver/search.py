@@ -8,6 +8,10 @@ a level far past the capacity a long drain of queued requests. A level whose cal
 (its attainment interval straddles it) is run again, up to `max_runs` runs in all, before the search moves on;
 after that its point estimate decides.
 
+A twin-seeded search (search_start = "twin", docs/twin.md) starts at the twin's predicted capacity K and confirms
+it with the fewest probes: K passes and K + 1 fails (or K fails and K - 1 passes) is an answer in two steps. When
+the twin is wrong, the second probe agrees with the first, and the search goes on as any search from there.
+
 `next_probe` is a pure function of the verdicts: the same verdicts always give the same path, so the search
 needs no state of its own, and replaying it over a run's results continues it.
 """
@@ -33,6 +37,9 @@ def next_probe(cfg: SearchConfig, verdicts: dict[float, Verdict]) -> Probe | Non
     failed: float | None = None
     level = cfg.low if cfg.start is None else cfg.start
     reason = "start at search_min" if cfg.start is None else "start"
+    if cfg.seeds:
+        reason = f"start at the twin's predicted capacity {cfg.seeds[0].describe()}"
+    walked = 0
     while True:
         verdict = verdicts.get(level)
         if verdict is None:
@@ -43,10 +50,39 @@ def next_probe(cfg: SearchConfig, verdicts: dict[float, Verdict]) -> Probe | Non
             passed = level
         else:
             failed = level
-        step = _next_level(cfg, passed, failed)
+        step = None
+        if cfg.seeds and walked < 2 and (passed is None or failed is None):
+            step = (_confirm if walked == 0 else _interval_edge)(cfg, level, verdict.passed)
+        step = step or _next_level(cfg, passed, failed)
         if step is None:
             return None
         level, reason = step
+        walked += 1
+
+
+def _confirm(cfg: SearchConfig, level: float, passed: bool) -> tuple[float, str] | None:
+    """The seeded search's second probe: the level next door, on the side the first verdict says the capacity's
+    edge is (None at the range's end: the search goes on as usual)."""
+    if passed:
+        up = min(round_level(cfg, level * (1 + cfg.tolerance), above=level) if cfg.rates else level + 1, cfg.high)
+        return (up, f"confirm the twin's prediction: {_fmt(level)} passed, the next level up") if up > level else None
+    down = max(round_level(cfg, level / (1 + cfg.tolerance), above=cfg.low - 1) if cfg.rates else level - 1, cfg.low)
+    return (down, f"confirm the twin's prediction: {_fmt(level)} failed, the next level down") if down < level else None
+
+
+def _interval_edge(cfg: SearchConfig, level: float, passed: bool) -> tuple[float, str] | None:
+    """The seeded search's third probe, when the second agreed with the first (the twin was off): just past the
+    far end of the prediction's interval, where the capacity should be at the latest; the usual search after."""
+    seed = cfg.seeds[0]
+    if passed and seed.high >= level:
+        up = min(round_level(cfg, seed.high * (1 + cfg.tolerance), above=seed.high) if cfg.rates else seed.high + 1,
+                 cfg.high)
+        return (up, f"the twin was low: past its interval's upper end {_fmt(seed.high)}") if up > level else None
+    if not passed and seed.low <= level:
+        down = max(round_level(cfg, seed.low / (1 + cfg.tolerance), above=cfg.low - 1) if cfg.rates
+                   else seed.low - 1, cfg.low)
+        return (down, f"the twin was high: past its interval's lower end {_fmt(seed.low)}") if down < level else None
+    return None
 
 
 def _next_level(cfg: SearchConfig, passed: float | None, failed: float | None) -> tuple[float, str] | None:

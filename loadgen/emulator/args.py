@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     e = p.add_argument_group("emulator flags")
     e.add_argument("--hardware", default="gb10", help="hardware profile name or .toml path (zero: no latency)")
     e.add_argument("--model-profile", default="qwen3.8-27b-nvfp4", help="model profile name or .toml path")
+    e.add_argument("--algorithm-profile", default=None,
+                   help="a .toml path replacing the algorithm's profile (draft cost, acceptance); its `draft` kind "
+                        "must match the algorithm's (default: the profile of --speculative-algorithm)")
     e.add_argument("--seed", type=int, default=0, help="seeds acceptance draws, output lengths and faults")
     e.add_argument("--time-scale", type=float, default=1.0,
                    help="run the modelled hardware this many times faster (server times are real wall time)")

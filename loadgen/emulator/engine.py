@@ -175,6 +175,7 @@ class Engine:
         self.observer: Observer | None = None   # metrics.Metrics when --enable-metrics: sees every token commit
         self.gpu: GpuObserver | None = None      # gpu.GpuModel: sees every forward (power, clock, energy)
         self.last_forward: Forward = IDLE        # the forward plan_step chose last, with its roofline split
+        self.text = True                         # make output text; a virtual-time run (simulate.py) needs none
 
     # ---- lifecycle
     def start(self) -> None:
@@ -389,16 +390,19 @@ class Engine:
             c.verify_steps += 1
             c.verify_tokens += n
             c.spec_verify_calls_total += 1
-        ids = vocab.sample_ids(self.rng, req.kind, n)
-        if req.natural_stop and len(req.output_ids) + n == req.target_len and ids:
-            ids[-1] = self.model.eos_token_id
-        req.output_ids.extend(ids)
-        text, ends, eos = req.text, req.text_ends, self.model.eos_token_id
-        for i in ids:
-            if i != eos:
-                text += vocab.PIECES[i - vocab.BASE_ID]
-            ends.append(len(text))
-        req.text = text
+        if self.text:
+            ids = vocab.sample_ids(self.rng, req.kind, n)
+            if req.natural_stop and len(req.output_ids) + n == req.target_len and ids:
+                ids[-1] = self.model.eos_token_id
+            req.output_ids.extend(ids)
+            text, ends, eos = req.text, req.text_ends, self.model.eos_token_id
+            for i in ids:
+                if i != eos:
+                    text += vocab.PIECES[i - vocab.BASE_ID]
+                ends.append(len(text))
+            req.text = text
+        else:   # virtual time (simulate.py): only the count matters
+            req.output_ids.extend([0] * n)
         c.log_tokens += n
         c.generation_tokens_total += n
         total = len(req.output_ids)

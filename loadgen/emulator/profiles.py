@@ -81,9 +81,10 @@ class AlgorithmProfile:
     accept_p: dict[str, float] | None = None
 
     def p_for(self, kind: str) -> float:
-        """Acceptance probability of one drafted token for a prompt kind (prose when unknown)."""
+        """Acceptance probability of one drafted token for a prompt kind; an unknown kind gets the table's "*"
+        (a twin's pooled figure), else prose's."""
         table = self.accept_p or {}
-        return table.get(kind, table.get("prose", 0.0))
+        return table.get(kind, table.get("*", table.get("prose", 0.0)))
 
 
 _KINDS = {"hardware": HardwareProfile, "models": ModelProfile, "algorithms": AlgorithmProfile}

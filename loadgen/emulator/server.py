@@ -23,7 +23,7 @@ from loadgen.emulator.metrics import Metrics, render
 from loadgen.emulator.native import generate
 from loadgen.emulator.openai_routes import chat_completions, completions
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
-from loadgen.emulator.spec import SpecConfig, resolve
+from loadgen.emulator.spec import SpecConfig, resolve, with_profile
 from loadgen.emulator.state import EMU, emulator
 from loadgen.emulator.streaming import close_connection
 
@@ -39,9 +39,9 @@ class Emulator:
         self.args = args
         self.hardware = profiles.load("hardware", args.hardware)
         self.model = profiles.load("models", args.model_profile)
-        self.spec: SpecConfig = resolve(args.speculative_algorithm, args.speculative_num_steps,
-                                        args.speculative_eagle_topk, args.speculative_num_draft_tokens,
-                                        args.speculative_draft_model_path)
+        self.spec: SpecConfig = with_profile(resolve(args.speculative_algorithm, args.speculative_num_steps,
+                                                     args.speculative_eagle_topk, args.speculative_num_draft_tokens,
+                                                     args.speculative_draft_model_path), args.algorithm_profile)
         degraded = args.degraded_power_factor if args.fault == "degraded-power" else 1.0
         self.cost = CostModel(self.hardware, self.model, self.spec, args.time_scale / degraded)
         self.engine = Engine(self.cost, self.spec, self.model, max_running=args.max_running_requests,

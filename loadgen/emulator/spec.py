@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -87,3 +88,17 @@ def resolve(algorithm: str | None, num_steps: int | None, topk: int | None, draf
         raise ConfigError("--speculative-num-draft-tokens", "a draft chain needs at least 2 draft tokens",
                           "pass --speculative-num-draft-tokens >= 2")
     return SpecConfig(algo, steps, k, tokens, draft_path, prof)
+
+
+def with_profile(spec: SpecConfig, path: str | None) -> SpecConfig:
+    """The spec with its algorithm profile read from `path` (--algorithm-profile): other numbers for the same kind
+    of draft (a chain stays a chain), e.g. a hidden profile in a test or a twin's fitted one."""
+    if path is None:
+        return spec
+    if not path.endswith(".toml"):
+        raise ConfigError("--algorithm-profile", f"{path!r} is not a .toml path", "give a profile file's path")
+    prof = profiles.load("algorithms", path)
+    if prof.draft != spec.profile.draft:
+        raise ConfigError("--algorithm-profile", f"{path} drafts as {prof.draft!r}, the algorithm as "
+                          f"{spec.profile.draft!r}", "use a profile of the same draft kind (chain, block or none)")
+    return dataclasses.replace(spec, profile=prof)

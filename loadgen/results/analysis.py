@@ -44,6 +44,9 @@ PARAMS: dict[str, str] = {
     "slo_e2e_s": "SLO line: send to last byte in s (default: the run's [slo])",
     "slo_attainment": "SLO: share of measured requests that must meet every line (default: the run's, else 0.9)",
     "slo_max_error_rate": "SLO: share of measured requests that may fail (default: the run's, else 0.01)",
+    "predicted_run": "twin_error: only this predicted run (default: every predicted run selected)",
+    "measured_run": "twin_error: only this measured run (default: every measured run selected)",
+    "twin_limit_pct": "twin_error: a metric's MAPE above this % is flagged over_limit (default 15)",
 }
 
 Format = Literal["table", "csv", "json"]

@@ -173,6 +173,26 @@ def _num(value: float | None, places: int) -> str:
     return "" if value is None else f"{value:.{places}f}"
 
 
+TWIN_LIMIT_PCT = 15.0   # loadgen.twin.model.LIMIT_PCT: a twin above it says so
+
+
+def predicted_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """PREDICTED, and per twin target the error of the fit it came from (views.sql twin_sources), in one line;
+    one more when that error is over TWIN_LIMIT_PCT."""
+    rows = con.execute("SELECT target, source_run, source_target, in_sample_mape_pct, loo_mape_pct, max_mape_pct, "
+                       "worst, what_if FROM twin_sources WHERE run_id = ? ORDER BY target", [run_id]).fetchall()
+    lines = []
+    for target, source_run, source_target, in_sample, loo, most, worst, what_if in rows:
+        change = f", what-if {what_if}" if what_if else ""
+        error = ("fit error unknown" if in_sample is None else
+                 f"its fit's error: in-sample MAPE {in_sample:.1f}%, leave-one-level-out {loo:.1f}%")
+        lines.append(f"  (PREDICTED: {target} by the twin of {source_target} in run {source_run}{change}; {error})")
+        if most is not None and most > TWIN_LIMIT_PCT:
+            lines.append(f"  twin {target}: error over {TWIN_LIMIT_PCT:g}% (a metric's MAPE {most:.0f}%; worst: "
+                         f"{worst}): its predictions are rough, measure before you decide")
+    return lines
+
+
 def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -> str:
     """What the job prints after a run: headlines, then a table per comparison, then the command for the rest
     (the summary files' folder is the job's last line)."""
@@ -187,6 +207,7 @@ def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -
               for line in energy_lines(con)]
     if any(lv.emulated for c in found for lv in c.levels):
         lines.append("  (emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
+    lines += predicted_lines(con, run_id)
     for c in found:
         lines += ["", f"{c.other} vs {c.baseline} (n = measured requests, {c.baseline}/{c.other}; acc = acceptance "
                       "length; change = tok/s vs the baseline):", table(c)]

@@ -16,7 +16,7 @@ SCHEMA_VERSION = 6  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.pr
                     # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md); requests.resent;
                     #    requests.session_id, turn, shared_prefix (conversations, shared contexts, trace sessions);
                     #    requests.completion_tokens_target, steps.speedup (trace replay), steps.ramp,
-                    #    steps.level_start, steps.level_end (ramps)
+                    #    steps.level_start, steps.level_end (ramps); steps.predicted (a twin's prediction, loadgen/twin/)
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -84,6 +84,7 @@ STEPS = pa.schema([
     ("ramp", pa.string()),              # a ramp's window: linear | exponential | hold; NULL for a flat step
     ("level_start", pa.float64()),      # a ramp's window: the level (rate or users) at its start ...
     ("level_end", pa.float64()),        # ... and at its end; rate / concurrency hold its mean
+    ("predicted", pa.bool_()),          # True when a twin predicted the step in virtual time (docs/twin.md)
 ])
 
 REQUESTS = pa.schema([

@@ -81,4 +81,6 @@ def _evidence(row: dict) -> str:
         parts.append(row["note"])
     if row["emulated"]:
         parts.append("EMULATED")
+    if row.get("predicted"):
+        parts.append("PREDICTED")
     return "; ".join(parts)

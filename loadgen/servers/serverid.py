@@ -43,6 +43,7 @@ class ServerId:
     metrics: bool = False             # GET /metrics answered 200 (Prometheus text)
     speculative: dict = field(default_factory=dict)  # whatever the server says about its drafting
     routes: dict = field(default_factory=dict)       # route -> HTTP status seen when probed (once)
+    limits: dict = field(default_factory=dict)       # admission limits it reports, under SGLang's names
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -94,7 +95,7 @@ async def identify(session: aiohttp.ClientSession, url: str, api_key: str | None
     if isinstance(props, dict) and ("build_info" in props or "default_generation_settings" in props):
         return ServerId(LLAMACPP, _str(props.get("build_info")),
                         _str(props.get("model_alias") or props.get("model_path")), "openai-completions", metrics,
-                        llamacpp_speculative(props, metric_text), routes)
+                        llamacpp_speculative(props, metric_text), routes, llamacpp_limits(props))
     version = await get("/version")
     if (isinstance(version, dict) and isinstance(version.get("version"), str)) or "vllm:" in metric_text:
         model = await _first_model(get)
@@ -130,6 +131,19 @@ def llamacpp_speculative(props: dict, metric_text: str) -> dict:
     out = {k: v for k, v in params.items() if isinstance(k, str) and k.startswith("speculative")}
     if "llamacpp:spec_decode_num_drafts_total" in metric_text:
         out["metrics"] = "llamacpp:spec_decode_*"
+    return out
+
+
+def llamacpp_limits(props: dict) -> dict:
+    """llama-server's slots (`-np`: requests decoded at once, SGLang's max_running_requests) and the KV cache they
+    share (each slot's n_ctx x slots, SGLang's max_total_num_tokens)."""
+    slots = props.get("total_slots")
+    n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
+    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+        return {}
+    out = {"max_running_requests": slots}
+    if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
+        out["max_total_num_tokens"] = n_ctx * slots
     return out
 
 

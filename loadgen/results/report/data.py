@@ -64,6 +64,10 @@ class Report:
     def emulated(self) -> bool:
         return any(r.get("emulated") for r in self.data["runs"])
 
+    @property
+    def predicted(self) -> bool:
+        return any(r.get("predicted") for r in self.data["runs"])
+
 
 def load_report(results_dir: str | Path, run_ids: list[str] | None = None) -> Report:
     """Every query the report shows, the SLO it was judged against, and the steps that did not complete."""

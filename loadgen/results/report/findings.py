@@ -246,6 +246,9 @@ def _warnings(report: Report) -> list[Finding]:
     if report.emulated:
         found.append("Emulated: these numbers come from loadgen's SGLang emulator, a cost model of a GB10, "
                      "not a GPU.")
+    if report.predicted:
+        found.append("Predicted: these numbers are a twin's prediction in virtual time, not a measurement "
+                     "(docs/twin.md); `loadgen query twin_error` puts them beside measured steps where both exist.")
     for r in data["client_health"]:
         if r["distorted"]:
             found.append(f"Client health flagged {report.run_labels[r['run_id']]} step {r['step_id']} "

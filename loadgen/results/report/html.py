@@ -62,7 +62,7 @@ def render_html(report: Report) -> str:
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
              f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{html.escape(title)}" + (" <span class='badge'>EMULATED</span>" if report.emulated else "")
-             + "</h1>", f"<p class='sub'>{html.escape(_run_line(report))}</p>",
+             + (" <span class='badge'>PREDICTED</span>" if report.predicted else "") + "</h1>", f"<p class='sub'>{html.escape(_run_line(report))}</p>",
              "<section class='verdict'><h2>Verdict</h2><ul>"]
     for f in verdict(report):
         lead = f"<b>{html.escape(f.lead)}</b> " if f.lead else ""
@@ -143,12 +143,13 @@ def _details(heading: str, table: str, n: int) -> str:
 
 def table_columns(report: Report, rows: Rows) -> list[str]:
     """Columns worth showing: none that is NULL in every row; no run id when one run is shown (the title
-    names it); no emulated flag when every row says the same (the badge does)."""
+    names it); no emulated or predicted flag when every row says the same (the badge does)."""
     cols = [c for c in rows[0] if any(r[c] is not None for r in rows)]
     if not report.multi_run:
         cols = [c for c in cols if c != "run_id"]
-    if "emulated" in cols and len({r["emulated"] for r in rows}) == 1:
-        cols.remove("emulated")
+    for flag in ("emulated", "predicted"):
+        if flag in cols and len({r[flag] for r in rows}) == 1:
+            cols.remove(flag)
     return cols
 
 
@@ -189,7 +190,8 @@ def _fmt(value: Any) -> str:
 
 def markdown_summary(report: Report) -> str:
     """The verdict as bullets, then per comparison the field report's table (A, B, change, signal)."""
-    lines = ["## loadgen results" + (" (emulated)" if report.emulated else ""), ""]
+    lines = ["## loadgen results" + (" (emulated)" if report.emulated else "")
+             + (" (PREDICTED)" if report.predicted else ""), ""]
     for r in report.data["runs"]:
         lines.append(f"- run `{r['run_id']}`: {r['series']}, levels {_fmt(r['concurrency'] or r['rate'])}, "
                      f"{r['repeats']} repeat(s), window {r['window_s']} s, {r['status']}")

@@ -1,0 +1,146 @@
+"""The twin's parts against the engine's own ground truth (virtual time, no Ray): acceptance read from request counts
+and from one-step frames, the twin file and its what-ifs, predicted runs in the tables (schema 6) with every query
+and the answer saying PREDICTED, and bad input refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from loadgen.config import parse_experiment
+from loadgen.config.targets import TwinRef
+from loadgen.emulator import profiles
+from loadgen.emulator.calibration import spec_for
+from loadgen.emulator.simulate import SimPrompt, Window, build_engine, run_closed
+from loadgen.errors import ConfigError
+from loadgen.results import analysis, answer
+from loadgen.results.schema import SCHEMA_VERSION
+from loadgen.twin import acceptance
+from loadgen.twin.model import load_twin
+from loadgen.twin.predict import run_predicted, twin_targets
+from loadgen.twin.whatif import load_target
+from sqlfixtures import Results
+from twinkit import hidden_profile
+
+
+def _engine_run(setup: str, accept_p: float, decay: float, tokens: int = 128, seed: int = 0):
+    spec = spec_for(setup)
+    spec = dataclasses.replace(spec, profile=dataclasses.replace(spec.profile, accept_p={"code": accept_p},
+                                                                 accept_decay=decay, accept_sigma=0.0))
+    return run_closed(build_engine(spec, seed=seed), 4, [SimPrompt("code", 300)], tokens, Window(5, 400, 400, 0, 1e9))
+
+
+@pytest.mark.parametrize("setup, p, decay", [("mtp", 0.55, 1.0), ("dflash2", 0.8, 1.0), ("eagle-b8", 0.7, 0.9),
+                                             ("eagle-b4", 0.85, 0.95)])
+def test_acceptance_length_of_p_is_the_engines(setup, p, decay):
+    """The expected completion / verify steps (a truncated geometric per step, the last step cut) against the
+    engine's own draws over a few hundred requests; and p read back from it."""
+    run = _engine_run(setup, p, decay)
+    done = [r for r in run.requests if r.done is not None]
+    measured = sum(r.completion_tokens for r in done) / sum(r.spec_verify_ct for r in done)
+    k = spec_for(setup).verify_tokens
+    assert acceptance.accept_length(p, decay, k, 128) == pytest.approx(measured, rel=0.02)
+    assert acceptance.p_for_length(measured, decay, k, 128) == pytest.approx(p, abs=0.02)
+
+
+def test_decay_along_the_draft_from_one_step_frames():
+    """Each frame of a step-streaming server is one verify step: the decay and p come back from the counts."""
+    counts: dict[int, int] = {}
+    for seed in range(3):
+        for r in _engine_run("eagle-b8", 0.78, 0.9, seed=seed).requests:
+            for _, n in r.frames[1:-1]:   # not the prefill's token, not the cut last step
+                counts[n] = counts.get(n, 0) + 1
+    decay, used = acceptance.decay_from_steps({"code": counts}, 8)
+    assert used > 5000 and decay == pytest.approx(0.9, abs=0.03)
+    assert acceptance.decay_from_steps({"code": {1: 50, 2: 50}}, 2) is None   # one drafted token: no slope
+
+
+def test_twin_file_round_trip_and_what_ifs(tmp_path):
+    hidden = hidden_profile(3, tmp_path, "mtp")
+    twin = load_twin(hidden.truth)
+    twin.save(tmp_path / "again.toml")
+    assert load_twin(tmp_path / "again.toml") == twin
+    six = load_target(TwinRef(str(hidden.truth), draft_tokens=6, max_running_requests=8), "t")
+    assert (six.server.draft_tokens, six.server.num_steps, six.server.max_running) == (6, 5, 8)
+    assert six.what_if == "draft_tokens = 6, max_running_requests = 8"
+    other = hidden_profile(4, tmp_path / "b", "dflash2")
+    swapped = load_target(TwinRef(str(hidden.truth), algorithm_from=str(other.truth)), "t")
+    assert swapped.server.draft == "block" and swapped.algorithm == load_twin(other.truth).algorithm
+    assert swapped.hardware == twin.hardware
+    with pytest.raises(ConfigError, match=r"t\.draft_tokens: must be >= 2"):
+        load_target(TwinRef(str(hidden.truth), draft_tokens=1), "t")
+
+
+def test_bad_twin_files_and_targets_are_one_line_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[twin]\nrun = 'x'\n")
+    with pytest.raises(ConfigError, match=r"^twin: .*bad\.toml is not a twin file"):
+        load_twin(bad)
+    with pytest.raises(ConfigError, match=r"targets\[0\]\.twin\.profile: twin file not found"):
+        parse_experiment({"load": {"concurrency": [1]}, "targets": [{"name": "a", "twin": "nope.toml"}]},
+                         tmp_path)
+    hidden = hidden_profile(5, tmp_path, "mtp")
+    with pytest.raises(ConfigError, match="needs exactly one of `url`"):
+        parse_experiment({"load": {"concurrency": [1]}, "targets": [
+            {"name": "a", "url": "http://127.0.0.1:1", "twin": str(hidden.truth)}]}, tmp_path)
+    mixed = parse_experiment({"load": {"concurrency": [1]}, "targets": [
+        {"name": "a", "url": "http://127.0.0.1:1"}, {"name": "b", "twin": str(hidden.truth)}]}, tmp_path)
+    with pytest.raises(ConfigError, match=r"targets\[1\]\.twin: a twin runs in virtual time"):
+        twin_targets(mixed)
+
+
+@pytest.fixture(scope="module")
+def predicted(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("predicted")
+    mtp, dflash = hidden_profile(11, folder / "m", "mtp"), hidden_profile(12, folder / "d", "dflash2")
+    exp = parse_experiment({
+        "run": {"name": "pred"}, "load": {"concurrency": [1, 8, 32], "warmup_s": 2.0, "measure_s": 20.0},
+        "slo": {"tpot_ms": 30.0}, "prompts": {"seed": 1, "max_new_tokens": 64, "ignore_eos": True},
+        "targets": [{"name": "mtp", "twin": str(mtp.truth)}, {"name": "dflash2", "twin": str(dflash.truth)}]},
+        Path("."))
+    return folder / "results", run_predicted(exp, folder / "results", log=lambda *a: None)
+
+
+def test_a_predicted_run_is_an_ordinary_run_marked_predicted(predicted):
+    results, run_id = predicted
+    con = analysis.open_results(results, [run_id])
+    for name in analysis.list_queries():
+        table = analysis.run_query(con, name)
+        if "predicted" in table.column_names and table.num_rows:
+            assert set(table.column("predicted").to_pylist()) == {True}, name
+    levels = con.execute("SELECT target, concurrency, requests, tok_s, accept_len FROM level_metrics "
+                         "ORDER BY target, concurrency").fetchall()
+    assert [(t, c) for t, c, *_ in levels] == [(t, c) for t in ("dflash2", "mtp") for c in (1, 8, 32)]
+    assert all(n >= 100 and tok_s > 0 and acc > 1 for _, _, n, tok_s, acc in levels)
+    text = answer.answer_text(con, str(results), run_id)
+    assert "(PREDICTED: mtp by the twin of truth in run hidden-11" in text
+    [capacity] = [line for line in text.splitlines() if line.strip().startswith("mtp: at")]
+    assert capacity.endswith("PREDICTED"), capacity
+
+
+def test_older_folders_without_the_predicted_column_read_as_measured(tmp_path):
+    r = Results()
+    r.run("old", schema_version=5)
+    r.step("old", 0, "t")
+    r.request("old", 0, "t", "old-1", sent_ms=1100, frames=[(1200, 3)])
+    root = r.write(tmp_path)
+    path = root / "steps" / "run_id=old" / "part-0-0.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["predicted"]), path)
+    con = analysis.open_results(root)
+    assert con.execute("SELECT predicted FROM steps").fetchall() == [(False,)]
+    [row] = analysis.run_query(con, "throughput_by_concurrency").to_pylist()
+    assert row["predicted"] is False and SCHEMA_VERSION == 6
+
+
+def test_hidden_profiles_move_every_number_within_30_percent(tmp_path):
+    seed = random.randrange(1 << 20)
+    hidden = hidden_profile(seed, tmp_path)
+    base_hw = profiles.load("hardware", "gb10")
+    truth = load_twin(hidden.truth)
+    for name in ("bandwidth_efficiency", "compute_tflops", "prefill_tflops", "step_overhead_ms"):
+        assert 0.7 <= getattr(truth.hardware, name) / getattr(base_hw, name) <= 1.3, (seed, name)
+    assert set(hidden.moves) >= {"accept_p.code", "accept_p.prose", "draft_forward_ms", "accept_sigma"}
