@@ -90,12 +90,9 @@ class CostModel:
         total = max(memory_s, compute_s) + self.draft_time(batch) + self._overhead + batch * self._req_overhead
         return Forward(total * self.scale, total, memory_s, compute_s)
 
-    def prefill_time(self, prompt_tokens: Sequence[int]) -> float:
-        """One prefill (extend) forward for newly admitted requests; yields each one's first token."""
-        return self.prefill(prompt_tokens).seconds
-
     def prefill(self, prompt_tokens: Sequence[int]) -> Forward:
-        """prefill_time with its roofline split."""
+        """One prefill (extend) forward for newly admitted requests (yields each one's first token), with its
+        roofline split."""
         if self.zero or not prompt_tokens:
             return IDLE
         n = sum(prompt_tokens)

@@ -16,7 +16,7 @@ SCHEMA_VERSION = 6  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.pr
                     # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md); requests.resent;
                     #    requests.session_id, turn, shared_prefix (conversations, shared contexts, trace sessions);
                     #    requests.completion_tokens_target, steps.speedup (trace replay), steps.ramp,
-                    #    steps.level_start, steps.level_end (ramps); steps.predicted (a twin's prediction, loadgen/twin/)
+                    #    steps.level_start, steps.level_end (ramps); steps.predicted (a twin's prediction)
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (

@@ -62,7 +62,8 @@ def render_html(report: Report) -> str:
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
              f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{html.escape(title)}" + (" <span class='badge'>EMULATED</span>" if report.emulated else "")
-             + (" <span class='badge'>PREDICTED</span>" if report.predicted else "") + "</h1>", f"<p class='sub'>{html.escape(_run_line(report))}</p>",
+             + (" <span class='badge'>PREDICTED</span>" if report.predicted else "") + "</h1>",
+             f"<p class='sub'>{html.escape(_run_line(report))}</p>",
              "<section class='verdict'><h2>Verdict</h2><ul>"]
     for f in verdict(report):
         lead = f"<b>{html.escape(f.lead)}</b> " if f.lead else ""
