@@ -135,7 +135,7 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
     `report`: what the caller prints and writes once the steps are done (the answer, the summary); part of the
     run, so the run row is written after it, and a stop signal during it leaves the run incomplete. A stop
     signal raises stop.Stopped once the run is recorded as stopped."""
-    stop.during("the run's start")
+    stop.during("start-up")   # until the servers come up: the run's row, its sink
     if any(t.twin is not None for t in exp.targets):   # twins run in virtual time: loadgen.twin.predict
         raise ConfigError("targets", "a twin is predicted, not run on servers", "use `loadgen twin predict`")
     run_id = resume.run_id if resume else f"{exp.name}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -161,6 +161,7 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
             status, reason = "incomplete", f"stopped: {exc}"
             log(f"run {run_id} {reason}")
         if report is not None:
+            stop.check()  # a stop signal during the last tear-down: no answer to print
             flush(sink)   # every row on disk for the answer's queries
             stop.during("the answer")
             report(RunResult(run_id, str(results), status, reason))
