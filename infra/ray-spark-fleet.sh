@@ -20,7 +20,7 @@
 # versions: python3 -m pip install -c constraints.txt -e '.[sglang]'), the target model and drafts at the paths
 # the profiles name (/models/...), and sglang installed. Secrets of the servers (their
 # api-key, HF_TOKEN for the hub) come from the environment of `ray start` or files on each Spark, never from
-# the profiles (README: "Securing a fleet").
+# the profiles (docs/fleets.md, "Securing a fleet").
 set -euo pipefail
 # a worker's flush (~370 KB at 50k frames/s) goes inline, not through the object store: ~2 ms CPU less a call
 export RAY_max_direct_call_object_size=${RAY_max_direct_call_object_size:-4194304}  # = ray_setup.INLINE_ARGUMENT_BYTES

@@ -31,7 +31,7 @@ def test_throughput_within_10_percent_per_cell(cells):
 
 
 def test_acceptance_within_10_percent(cells):
-    # C=2 is left out on purpose: the report's 2.78 / 3.10 contradict its own C=2 throughput (see README).
+    # C=2 is left out on purpose: the report's 2.78 / 3.10 contradict its own C=2 throughput (emulator README).
     for name in ("mtp", "dflash2"):
         for cell, want in zip(cells[name], T[f"{name}_accept"]):
             if cell.concurrency != 2:
@@ -51,7 +51,7 @@ def test_dflash2_latency_at_8_in_the_reports_range(cells):
 
 
 def test_c16_ttft_needs_a_queue_that_the_c32_throughput_rules_out():
-    """The known C=16 TTFT miss, pinned (README): the report's 2 s appears once one request is always queued,
+    """The known C=16 TTFT miss, pinned (emulator README): the report's 2 s appears once one request is always queued,
     e.g. SGLang's DFlash min-free-slots delay at --max-running-requests 17; that cap then costs C=32 > 10%."""
     capped = {c: closed_loop(build_engine(spec_for("dflash2"), seed=1, max_running=17), c, REPORT.prompts,
                              REPORT.max_new_tokens, warmup_s=60, measure_s=600) for c in (16, 32)}

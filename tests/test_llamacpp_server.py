@@ -4,7 +4,7 @@ detection, and acceptance, token counts, throughput and TTFT against the server'
 Also: `flavor = "auto"` names SGLang (the emulator) and a plain OpenAI server, and vLLM's spec-decode counters
 (names from vllm/v1/spec_decode/metrics.py) give acceptance in SQL.
 
-The definitions compared (README, "Other servers"):
+The definitions compared (docs/real-servers.md):
 - acceptance: per request spec_verify_ct = predicted_n - 1 - draft_n_accepted of llama-server's `timings`;
   the server's counters give the same figures independently: tokens_predicted_total, the accepted draft tokens,
   and llama_decode() calls (n_decode_total), which at C=1 are one per prompt plus one per target decode pass;
@@ -59,7 +59,7 @@ def llama_run(ray_local, llama, tmp_path_factory):
     for concurrency, n in LEVELS.items():
         exp = parse_experiment({
             "run": {"name": f"llama-c{concurrency}"},
-            # the worker shares the 2 cores with a CPU-bound server: no real-time reading thread (README)
+            # the worker shares the 2 cores with a CPU-bound server: no real-time reading thread (docs/instrument.md)
             "load": {"concurrency": [concurrency], "requests": n, "request_timeout_s": 300.0,
                      "realtime_priority": False},
             # temperature 1: the target samples, so drafts are accepted in part (acceptance below its maximum)

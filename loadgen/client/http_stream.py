@@ -57,7 +57,7 @@ class ReadLoop:
 
     Why poll: woken by each arriving packet, the event loop switches in thousands of times a second at tens of
     thousands of frames/s; polled once per millisecond, the same reads take a few hundred wake-ups, which costs less
-    CPU per frame (the measurements: README, "The client: how many workers"). Timing does not suffer: a read is
+    CPU per frame (the measurements: docs/instrument.md). Timing does not suffer: a read is
     dated by the kernel's stamp of its last segment, not by when it was polled, and a 1 ms poll never puts two
     frames of one stream in one read, since a server's frames come several ms apart. Where the kernel gives no
     stamps, a read is dated up to one period late.

@@ -39,7 +39,7 @@ class LoadConfig:
     max_measure_s: float = 0.0       # ... but no longer than this (0: measure_s x 5)
     error_budget: float | None = None  # failed requests a step may have: a count (>= 1) or a share (< 1)
     on_worker_death: str = "continue"  # continue | stop: what a run does after a load worker died
-    on_server_death: str = "restart"   # restart | stop: after a server died or hung (README: Servers that crash)
+    on_server_death: str = "restart"   # restart | stop: after a server died or hung (docs/failures.md)
     server_retry_s: float = 60.0       # how long a url target that stopped answering is retried before it is dropped
     realtime_priority: bool = True   # workers read at SCHED_FIFO (see worker._raise_priority)
     search: SearchConfig | None = None  # search = "capacity": levels chosen from finished steps' SLO verdicts

@@ -4,7 +4,8 @@ A run records a hash of its validated experiment (runs.config_hash). A resume ch
 one (a changed one is refused with what changed), keeps every step that finished (status complete, or failed: its
 server died, a measured outcome), and lists every other step id in runs.superseded_steps: those that did not
 complete, and those the driver died in (rows in requests or samples, no steps row). The views leave superseded
-steps out, and the plan runs them again under new step ids after the highest one used (README: "Resuming a run").
+steps out, and the plan runs them again under new step ids after the highest one used (docs/failures.md,
+"Resuming a run").
 """
 
 from __future__ import annotations

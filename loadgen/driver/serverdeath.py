@@ -1,5 +1,5 @@
 """Servers that crash at the limit: a server that died, hung or stopped answering during a step is a measured
-outcome, not the end of the run (README: "Servers that crash at the limit").
+outcome, not the end of the run (docs/failures.md, "Servers that crash at the limit").
 
 After every step the driver asks each target's server how it is: a launched server's process exit code, then a
 control call. What it finds is a `Death`: the target's step row says `failed` with the cause and the log tail

@@ -2,7 +2,7 @@
 
 Every writer (workers, the driver, probes) builds batches against these schemas and every query in
 `queries/` reads these columns. Change a column here only together with SCHEMA_VERSION, the queries and
-the README's table reference. Times are integers in nanoseconds on the per-process wall-aligned clock
+the table reference in docs/results.md. Times are integers in nanoseconds on the per-process wall-aligned clock
 (`loadgen.clock`), so rows from different processes and nodes line up.
 """
 

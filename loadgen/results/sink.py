@@ -9,7 +9,7 @@ rolled. File names carry the sink's incarnation, so a restarted sink never overw
 A folder that fills up or becomes unwritable: the failed file is removed (or, if even that fails, stays under
 its hidden name), the batches stay in memory, `write` goes on accepting (a worker's fire-and-forget call never
 fails), and the next `flush()` tries again and raises SinkError if it still cannot write. The driver flushes at
-the end of every step, so the run stops there with that one line (README: "When the disk fills").
+the end of every step, so the run stops there with that one line (docs/failures.md, "When the disk fills").
 """
 
 from __future__ import annotations
