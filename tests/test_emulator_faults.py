@@ -10,9 +10,9 @@ import time
 import orjson
 
 from httpcalls import request
-from loadgen.emulator.engine import EmuRequest
 from loadgen.emulator.faults import Fault
 from loadgen.emulator.launch import EmulatorThread
+from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.streaming import _apply
 
 BODY = {"text": "def f():\n    pass\n", "stream": True, "sampling_params": {"max_new_tokens": 60, "ignore_eos": True}}

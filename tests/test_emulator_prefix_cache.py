@@ -10,10 +10,10 @@ import pytest
 
 from httpcalls import request
 from loadgen.emulator.calibration import spec_for
-from loadgen.emulator.engine import EmuRequest
 from loadgen.emulator.launch import EmulatorThread
 from loadgen.emulator.prefixcache import PrefixCache, cache_tokens
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
+from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.simulate import build_engine, closed_loop
 
 SPEC_BENCH_RATIO = {"translation": 1.99 / 2.67, "summarization": 2.23 / 2.67, "qa": 2.12 / 2.67,

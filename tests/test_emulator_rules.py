@@ -15,9 +15,10 @@ from conftest import wait_until
 from httpcalls import FOREVER, engine_counts, open_generation, request
 from loadgen.emulator.calibration import spec_for
 from loadgen.emulator.drafts import read_dflash_draft
-from loadgen.emulator.engine import EmuRequest, resolve_min_free_slots
+from loadgen.emulator.engine import resolve_min_free_slots
 from loadgen.emulator.launch import EmulatorThread
 from loadgen.emulator.promptinfo import infer_kind
+from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.simulate import build_engine
 from loadgen.emulator.spec import resolve
 from loadgen.errors import ConfigError

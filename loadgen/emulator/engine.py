@@ -23,9 +23,9 @@ from typing import Protocol
 
 from loadgen.emulator import vocab
 from loadgen.emulator.costmodel import IDLE, CostModel, Forward
-from loadgen.emulator.faults import Fault
 from loadgen.emulator.prefixcache import PrefixCache, cache_tokens
 from loadgen.emulator.profiles import ModelProfile
+from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.spec import SpecConfig
 
 MAX_LAG_S = 0.25
@@ -45,74 +45,6 @@ def resolve_min_free_slots(user_value: int | None, max_running: int, is_dflash: 
 
 class QueueFull(Exception):
     """--max-queued-requests reached: the request is aborted with status 503, as SGLang does."""
-
-
-@dataclass(slots=True, eq=False)
-class EmuRequest:
-    """One request's life in the engine, and its ground-truth record."""
-
-    id: str
-    rid: str | None
-    kind: str
-    route: str
-    prompt_tokens: int
-    max_new_tokens: int
-    ignore_eos: bool
-    stream_interval: int
-    min_new_tokens: int = 0
-    fault: Fault | None = None
-    prompt: str | list[int] | None = None   # what the prefix cache sees (None: the request is never cached)
-    cached_tokens: int = 0          # leading prompt tokens found in the prefix cache at admission
-    t_received_ns: int = field(default_factory=time.time_ns)
-    t_arrived_ns: int = 0           # when its head arrived (server.arrival_middleware), before the body was read
-    t_admitted_ns: int = 0
-    t_first_ns: int = 0
-    t_done_ns: int = 0
-    t_received_perf: float = field(default_factory=time.perf_counter)
-    target_len: int = 0
-    natural_stop: bool = False
-    p_accept: float = 0.0
-    output_ids: list[int] = field(default_factory=list)
-    text: str = ""                  # decoded output so far
-    text_ends: list[int] = field(default_factory=list)    # len(text) after each output token
-    accepted: list[int] = field(default_factory=list)     # tokens accepted per verify step
-    spec_verify_ct: int = 0
-    finish_reason: dict | None = None
-    status: str = "queued"          # queued | running | finished | aborted | client_disconnected
-    emit_upto: int = 0              # tokens released to the stream so far (stream_interval rule)
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def completion_tokens(self) -> int:
-        return len(self.output_ids)
-
-    def text_upto(self, n: int) -> str:
-        """Decoded text of the first n output tokens."""
-        return self.text[:self.text_ends[n - 1]] if n > 0 else ""
-
-    def text_between(self, a: int, b: int) -> str:
-        return self.text[(self.text_ends[a - 1] if a > 0 else 0):(self.text_ends[b - 1] if b > 0 else 0)]
-
-    @property
-    def done(self) -> bool:
-        return self.finish_reason is not None
-
-    @property
-    def correct_drafts(self) -> int:
-        return sum(self.accepted) - len(self.accepted)
-
-    def record(self) -> dict:
-        """The ground-truth row of GET /emulator/requests."""
-        return {"rid": self.rid, "id": self.id, "kind": self.kind, "route": self.route,
-                "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
-                "prompt_chars": len(self.prompt) if isinstance(self.prompt, str) else None,
-                "output_chars": len(self.text), "completion_tokens": self.completion_tokens,
-                "spec_verify_ct": self.spec_verify_ct,
-                "finish_reason": self.finish_reason["type"] if self.finish_reason else None,
-                "status": self.status, "fault": self.fault.record() if self.fault else None,
-                "max_new_tokens": self.max_new_tokens, "t_arrived_ns": self.t_arrived_ns or None,
-                "t_received_ns": self.t_received_ns,
-                "t_first_ns": self.t_first_ns or None, "t_done_ns": self.t_done_ns or None}
 
 
 @dataclass(slots=True)

@@ -12,7 +12,8 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from loadgen.emulator.engine import EmuRequest, Engine
+    from loadgen.emulator.engine import Engine
+    from loadgen.emulator.request import EmuRequest
     from loadgen.emulator.spec import SpecConfig
 
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 120.0, 160.0)

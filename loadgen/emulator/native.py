@@ -9,8 +9,8 @@ import orjson
 from aiohttp import web
 
 from loadgen.emulator import streaming
-from loadgen.emulator.engine import EmuRequest
 from loadgen.emulator.httputil import json_response
+from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.sampling import ContractError, invalid_type, parse_sampling_params
 from loadgen.emulator.state import EmulatorState, emulator
 

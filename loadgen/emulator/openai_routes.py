@@ -20,9 +20,9 @@ import orjson
 from aiohttp import web
 
 from loadgen.emulator import streaming
-from loadgen.emulator.engine import EmuRequest
 from loadgen.emulator.httputil import error_body, json_response
 from loadgen.emulator.promptinfo import estimate_tokens
+from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.state import EmulatorState, emulator
 
 

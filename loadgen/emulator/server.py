@@ -15,7 +15,7 @@ from aiohttp.typedefs import Handler
 from loadgen import __version__ as loadgen_version
 from loadgen.emulator import profiles
 from loadgen.emulator.costmodel import CostModel
-from loadgen.emulator.engine import EmuRequest, Engine, QueueFull, resolve_min_free_slots
+from loadgen.emulator.engine import Engine, QueueFull, resolve_min_free_slots
 from loadgen.emulator.faults import FaultPicker, KeepAliveLimit
 from loadgen.emulator.gpu import GpuModel
 from loadgen.emulator.httputil import error_body, json_response
@@ -23,6 +23,7 @@ from loadgen.emulator.metrics import Metrics, render
 from loadgen.emulator.native import generate
 from loadgen.emulator.openai_routes import chat_completions, completions
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
+from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.spec import SpecConfig, resolve, with_profile
 from loadgen.emulator.state import EMU, emulator
 from loadgen.emulator.streaming import close_connection

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 from loadgen.emulator import profiles
 from loadgen.emulator.costmodel import CostModel
-from loadgen.emulator.engine import EmuRequest, Engine, resolve_min_free_slots
+from loadgen.emulator.engine import Engine, resolve_min_free_slots
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
+from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.spec import SpecConfig
 
 

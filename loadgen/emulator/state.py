@@ -12,11 +12,12 @@ from typing import Protocol
 
 from aiohttp import web
 
-from loadgen.emulator.engine import EmuRequest, Engine
+from loadgen.emulator.engine import Engine
 from loadgen.emulator.faults import KeepAliveLimit
 from loadgen.emulator.gpu import GpuModel
 from loadgen.emulator.metrics import Metrics
 from loadgen.emulator.profiles import ModelProfile
+from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.spec import SpecConfig
 
 

@@ -15,8 +15,9 @@ from typing import Protocol
 
 from aiohttp import web
 
-from loadgen.emulator.engine import EmuRequest, Engine
+from loadgen.emulator.engine import Engine
 from loadgen.emulator.faults import Fault
+from loadgen.emulator.request import EmuRequest
 
 DONE = b"data: [DONE]\n\n"
 MALFORMED = b'data: {"text": "trunc\n\n'
