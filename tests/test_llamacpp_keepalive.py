@@ -10,6 +10,7 @@ and the server itself (its log and counters) processed each request exactly once
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from llamaserver import LlamaServer, server_log_timings
@@ -17,18 +18,23 @@ from loadgen.config import parse_experiment
 from loadgen.driver.runner import run_experiment
 from loadgen.results import analysis
 
-REQUESTS = 64
+REQUESTS = 96
 MAX_TOKENS = 2
+# short prompts: many requests a second, each a chance for the race, in seconds of this machine's CPU
+PROMPTS = [f"Write the number {n} in words." for n in range(16)]
 
 
 def test_no_request_is_lost_to_the_kept_alive_race(ray_local, llama_server_bin, tmp_path):
     binary, model = llama_server_bin
+    prompts = tmp_path / "short.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
     with LlamaServer(binary, model, tmp_path / "server.log", parallel=4) as llama:
         exp = parse_experiment({
             "run": {"name": "llama-keepalive"},
             "load": {"concurrency": [4], "requests": REQUESTS, "request_timeout_s": 300.0,
                      "realtime_priority": False},
-            "prompts": {"seed": 5, "max_new_tokens": MAX_TOKENS, "ignore_eos": True},
+            "prompts": {"seed": 5, "max_new_tokens": MAX_TOKENS, "ignore_eos": True,
+                        "sources": [{"format": "jsonl", "path": str(prompts)}]},
             "targets": [{"name": "llama", "url": llama.url}],
         }, Path("."))
         before, log_at = llama.metrics(), len(llama.tail_bytes())
