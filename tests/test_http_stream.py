@@ -167,16 +167,18 @@ def test_a_finished_exchange_is_dated_when_its_last_bytes_arrived(frames):
         f"the last bytes were sent (the loop was free {(unblocked - sent[0]) / 1e6:.1f} ms after)"
 
 
+async def one_after_another(server, frames, n: int) -> list[StreamState]:
+    """n requests sent one after another over one endpoint (its kept-alive connection reused)."""
+    endpoint = Endpoint(server.url)
+    states = [await run(endpoint, frames, f"r{i}") for i in range(n)]
+    endpoint.close_idle()
+    return states
+
+
 def test_requests_of_one_endpoint_share_a_kept_alive_connection(frames):
     server = Server(simple())
 
-    async def main() -> list[StreamState]:
-        endpoint = Endpoint(server.url)
-        states = [await run(endpoint, frames, f"r{i}") for i in range(5)]
-        endpoint.close_idle()
-        return states
-
-    states = asyncio.run(main())
+    states = asyncio.run(one_after_another(server, frames, 5))
     assert [s.status for s in states] == ["ok"] * 5 and frames.cum_tokens == [1, 2] * 5
     assert (server.requests, server.connections) == (5, 1)
 
@@ -374,13 +376,7 @@ def test_a_kept_alive_connection_closed_unread_is_resent_once_on_a_new_one(frame
     respond, drops = dropping(keep=1, rst=rst)
     server = Server(respond)
 
-    async def main() -> list[StreamState]:
-        endpoint = Endpoint(server.url)
-        states = [await run(endpoint, frames, f"r{i}") for i in range(4)]
-        endpoint.close_idle()
-        return states
-
-    states = asyncio.run(main())
+    states = asyncio.run(one_after_another(server, frames, 4))
     assert [(s.status, s.resent) for s in states] == [("ok", False)] + [("ok", True)] * 3
     assert (server.requests, server.connections, len(drops)) == (7, 4, 3)
     assert all(s.t_sent_ns > dropped for s, dropped in zip(states[1:], drops))   # measured from the resend
@@ -391,11 +387,7 @@ def test_a_failure_after_the_first_response_byte_is_not_resent(frames):
     respond, drops = dropping(keep=1, mid_stream=True)
     server = Server(respond)
 
-    async def main() -> list[StreamState]:
-        endpoint = Endpoint(server.url)
-        return [await run(endpoint, frames, f"r{i}") for i in range(2)]
-
-    first, second = asyncio.run(main())
+    first, second = asyncio.run(one_after_another(server, frames, 2))
     assert (first.status, second.status, second.resent) == ("ok", "stream_broken", False)
     assert "mid-stream" in (second.error or "") and (server.requests, server.connections) == (2, 1)
 
@@ -412,11 +404,7 @@ def test_a_resend_that_fails_again_is_a_failure_and_there_is_no_third_send(frame
     respond, drops = dropping(keep=1, fresh_too=True)   # after the first drop, every request is dropped
     server = Server(respond)
 
-    async def main() -> list[StreamState]:
-        endpoint = Endpoint(server.url)
-        return [await run(endpoint, frames, f"r{i}") for i in range(2)]
-
-    first, second = asyncio.run(main())
+    first, second = asyncio.run(one_after_another(server, frames, 2))
     assert first.status == "ok" and (second.status, second.resent) == ("stream_broken", True)
     assert "resent on a fresh connection" in (second.error or "")
     assert (server.requests, server.connections) == (3, 2)
