@@ -21,7 +21,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from loadgen.emulator import vocab
 from loadgen.emulator.costmodel import IDLE, CostModel, Forward
 from loadgen.emulator.prefixcache import PrefixCache, cache_tokens
 from loadgen.emulator.profiles import ModelProfile
@@ -286,24 +285,14 @@ class Engine:
             prompt = prompt + req.text if isinstance(prompt, str) else prompt + req.output_ids
         self.prefix_cache.insert(cache_tokens(prompt))
 
-    def _draw_accept(self, req: EmuRequest) -> int:
-        """Tokens one verify step commits: leading accepted drafts + the bonus token."""
-        n, p, decay, rnd = 1, req.p_accept, self.spec.profile.accept_decay, self.rng.random
-        for _ in range(self.spec.verify_tokens - 1):
-            if rnd() >= p:
-                break
-            n += 1
-            p *= decay
-        return n
-
     def _decode(self, batch: list[EmuRequest]) -> None:
         c = self.counters
-        spec_on = self.spec.enabled
+        spec = self.spec
         for req in batch:
             if req.status != "running":
                 continue
-            n = self._draw_accept(req) if spec_on else 1
-            self._append(req, n, verify=spec_on)
+            n = draw_accept(self.rng, req.p_accept, spec) if spec.enabled else 1
+            self._append(req, n, verify=spec.enabled)
         c.decode_steps += 1
         if c.decode_steps % self.decode_log_interval == 0:
             now = time.perf_counter()
@@ -322,19 +311,7 @@ class Engine:
             c.verify_steps += 1
             c.verify_tokens += n
             c.spec_verify_calls_total += 1
-        if self.text:
-            ids = vocab.sample_ids(self.rng, req.kind, n)
-            if req.natural_stop and len(req.output_ids) + n == req.target_len and ids:
-                ids[-1] = self.model.eos_token_id
-            req.output_ids.extend(ids)
-            text, ends, eos = req.text, req.text_ends, self.model.eos_token_id
-            for i in ids:
-                if i != eos:
-                    text += vocab.PIECES[i - vocab.BASE_ID]
-                ends.append(len(text))
-            req.text = text
-        else:   # virtual time (simulate.py): only the count matters
-            req.output_ids.extend([0] * n)
+        req.append_tokens(n, self.rng if self.text else None, self.model.eos_token_id)
         c.log_tokens += n
         c.generation_tokens_total += n
         total = len(req.output_ids)
@@ -352,3 +329,15 @@ class Engine:
             req.event.set()
         if self.observer is not None:
             self.observer.on_tokens(req, n)
+
+
+def draw_accept(rng: random.Random, p: float, spec: SpecConfig) -> int:
+    """Tokens one verify step commits: leading accepted drafts (each accepted with p, p decaying along the draft
+    by the profile's accept_decay, until the first rejection) + the bonus token."""
+    n = 1
+    for _ in range(spec.verify_tokens - 1):
+        if rng.random() >= p:
+            break
+        n += 1
+        p *= spec.profile.accept_decay
+    return n

@@ -4,9 +4,11 @@ row at GET /emulator/requests)."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from dataclasses import dataclass, field
 
+from loadgen.emulator import vocab
 from loadgen.emulator.faults import Fault
 
 
@@ -76,3 +78,20 @@ class EmuRequest:
                 "max_new_tokens": self.max_new_tokens, "t_arrived_ns": self.t_arrived_ns or None,
                 "t_received_ns": self.t_received_ns,
                 "t_first_ns": self.t_first_ns or None, "t_done_ns": self.t_done_ns or None}
+
+    def append_tokens(self, n: int, rng: random.Random | None, eos: int) -> None:
+        """Commit n output tokens: sampled ids of its kind and their text, or (rng None: virtual time, where only
+        the count matters) placeholders. A request that stops naturally ends on the end-of-sequence token."""
+        if rng is None:
+            self.output_ids.extend([0] * n)
+            return
+        ids = vocab.sample_ids(rng, self.kind, n)
+        if self.natural_stop and len(self.output_ids) + n == self.target_len and ids:
+            ids[-1] = eos
+        self.output_ids.extend(ids)
+        text, ends = self.text, self.text_ends
+        for i in ids:
+            if i != eos:
+                text += vocab.PIECES[i - vocab.BASE_ID]
+            ends.append(len(text))
+        self.text = text

@@ -1,7 +1,7 @@
 """Acceptance of a twin, fitted from the requests' own counts: the probability that one drafted token is accepted,
 per prompt kind, and its decay along the draft (docs/twin.md).
 
-The emulator's engine (engine.py `_draw_accept`) accepts the j-th drafted token of a verify step with probability
+The emulator's engine (engine.py `draw_accept`) accepts the j-th drafted token of a verify step with probability
 p x decay^(j-1), until the first rejection, plus the bonus token. So a step commits X tokens, 1 <= X <= K (K =
 tokens verified per request), and a request of N tokens takes its first from the prompt pass and the rest from
 verify steps, the last of them cut to what remains.
