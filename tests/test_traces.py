@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.client.protocol import adapter_for
+from loadgen.client.protocol.base import SamplingSpec
+from loadgen.client.protocol.openai import OpenAIOptions
 from loadgen.config import parse_experiment
 from loadgen.errors import ConfigError
 from loadgen.prompts.length import LengthFit, LengthModel, prompt_texts
@@ -167,3 +170,19 @@ def test_replay_prompts_meet_each_rows_lengths(tmp_path):
     [messages] = replay_prompts(chat.prompts, [fit], chat.load.trace.trace)
     assert messages[2].messages == ({"role": "user", "content": "Translate this sentence please."},)
     assert fit.fit("*").estimate(prompt_texts(messages[0])) == pytest.approx(2000, rel=0.01)
+
+
+def test_a_trace_rows_request_asks_its_length_and_shares_no_prefix(tmp_path):
+    """A row that names a session is recorded with it, but its prompt shares nothing with the session's other
+    rows, so its request still opts out of the server's prefix reuse (llama.cpp cache_prompt, vLLM cache_salt),
+    unlike a conversation's turn; its body asks the row's output length with ignore_eos."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp_s": 0, "input_tokens": 600, "output_tokens": 33, "session_id": "s9"}\n')
+    exp = parse_experiment(_exp({"mode": "trace", "trace": {"path": str(path)}}), REPO)
+    assert exp.load.trace is not None
+    [[prompt]] = replay_prompts(exp.prompts, [None], exp.load.trace.trace)
+    assert prompt.session_id == "s9" and not prompt.reuses_prefix
+    sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature)
+    adapter = adapter_for("openai-completions", OpenAIOptions("m", cache_prompt=False, cache_salt=True))
+    body = json.loads(adapter.body("r1", prompt, sampling.for_prompt(prompt)))
+    assert (body["max_tokens"], body["ignore_eos"], body["cache_prompt"], body["cache_salt"]) == (33, True, False, "r1")

@@ -34,10 +34,11 @@ class Prompt:
     #                                            the server's own answers while it runs)
     shared_prefix: str | None = None   # the shared context it starts with ("<source>#<k>"): requests.shared_prefix
     session_id: str | None = None      # a conversation's turn as sent, or the session a trace row names
-    turn: int | None = None            # a conversation's turn: requests.turn
+    turn: int | None = None            # a conversation's turn: requests.turn (a trace row has none: its prompt
+    #                                    shares no prefix, so it keeps opting out of prefix reuse)
 
     @property
     def reuses_prefix(self) -> bool:
         """Meant to hit the server's prefix cache (a conversation's history, a shared context): the request must
         not opt out of prefix reuse (llama.cpp cache_prompt, vLLM cache_salt)."""
-        return self.conversation is not None or self.session_id is not None or self.shared_prefix is not None
+        return self.conversation is not None or self.turn is not None or self.shared_prefix is not None

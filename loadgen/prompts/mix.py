@@ -79,8 +79,9 @@ class PromptMix:
         span = self.cfg.input_tokens
         if target is None and span is not None:
             target = self._length_rng.randint(span.min, span.max)
-        source = bisect.bisect_right(self._cumulative, self._rng.random() * self._cumulative[-1])
-        cursors = self._cursors[min(source, len(self._cursors) - 1)]  # guard float rounding at the top
+        source = min(bisect.bisect_right(self._cumulative, self._rng.random() * self._cumulative[-1]),
+                     len(self._cursors) - 1)  # guard float rounding at the top
+        cursors = self._cursors[source]
         cursor = cursors[self._rng.randrange(len(cursors))]
         src = self.cfg.sources[source]
         prefix = self._shared_prefix(source, src)
