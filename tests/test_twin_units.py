@@ -19,7 +19,7 @@ from loadgen.emulator.simulate import SimPrompt, Window, build_engine, run_close
 from loadgen.errors import ConfigError
 from loadgen.results import analysis, answer
 from loadgen.results.schema import SCHEMA_VERSION
-from loadgen.twin import acceptance
+from loadgen.twin import acceptance, crossover
 from loadgen.twin.model import load_twin
 from loadgen.twin.predict import run_predicted, twin_targets
 from loadgen.twin.whatif import load_target
@@ -144,3 +144,32 @@ def test_hidden_profiles_move_every_number_within_30_percent(tmp_path):
     for name in ("bandwidth_efficiency", "compute_tflops", "prefill_tflops", "step_overhead_ms"):
         assert 0.7 <= getattr(truth.hardware, name) / getattr(base_hw, name) <= 1.3, (seed, name)
     assert set(hidden.moves) >= {"accept_p.code", "accept_p.prose", "draft_forward_ms", "accept_sigma"}
+
+
+def test_crossover_verdicts_and_the_predicted_interval():
+    """A level is a pass where the other series leads; one step each is clear from 3% on; repeats are clear when
+    their ranges do not overlap; the crossover is the highest lead below the first loss."""
+    levels = {"mtp": {1: (100, 100, 100, 1), 8: (400, 400, 400, 1), 12: (500, 490, 510, 2), 16: (600, 600, 600, 1)},
+              "d": {1: (140, 140, 140, 1), 8: (410, 410, 410, 1), 12: (520, 505, 535, 2), 16: (550, 550, 550, 1)}}
+    found = crossover.verdicts(levels, "mtp", "d")
+    assert {c: (v.passed, v.clear, v.runs) for c, v in found.items()} == {
+        1.0: (True, True, 1), 8.0: (True, False, 1), 12.0: (True, False, 2), 16.0: (False, True, 1)}
+    assert crossover.crossover(found) == 12.0
+    base = {c: 100.0 * c for c in range(1, 11)}
+    other = {c: 100.0 * c * (1.3 - 0.05 * c) for c in range(1, 11)}   # leads up to C = 5, behind from C = 6
+    assert crossover.predicted_crossover(other, base, 0.1) == (5.0, 3.0, 7.0)
+
+
+def test_the_draft_budget_job_checks_its_table_before_any_load(tmp_path):
+    from loadgen.config import load_toml
+    from loadgen.driver.budget import load_job
+    data = load_toml(Path("jobs/experiments/draft-budget-twin.toml"), "--config")
+    job, exp = load_job(data, Path("jobs/experiments").resolve(), "draft-budget-twin.toml")
+    assert (job.baseline, job.drafted, job.own, job.budgets, job.fit_levels) == ("mtp", "dflash2", 8, (6, 4),
+                                                                                 (1, 4, 16))
+    for change, message in (({"budgets": [1]}, r"job\.budgets: must be a list of whole numbers >= 2"),
+                            ({"drafted": "nope"}, r"job\.drafted: 'nope' is not a target"),
+                            ({"budgetz": [4]}, r"job\.budgetz: unknown key")):
+        bad = dict(data, job={**data["job"], **change})
+        with pytest.raises(ConfigError, match=message):
+            load_job(bad, Path("jobs/experiments").resolve(), "x.toml")

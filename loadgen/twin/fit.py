@@ -67,7 +67,8 @@ def base_profiles(source: Source, hardware: str | None, model: str | None, algor
     """The priors: profiles given, else what an emulated source says it ran (when it is a shipped profile), else
     gb10 for the hardware and the algorithm's shipped profile. A real server's model must be given."""
     emu = source.info.get("emulator") or {}
-    hw = profiles.load("hardware", hardware or _shipped("hardware", emu.get("hardware")) or "gb10")
+    default = "cpu" if source.server == "llama.cpp" else "gb10"
+    hw = profiles.load("hardware", hardware or _shipped("hardware", emu.get("hardware")) or default)
     model_name = model or _shipped("models", emu.get("model_profile"))
     if model_name is None:
         raise ConfigError("--model-profile", f"{source.server} at run {source.run_id} does not say what its model "
@@ -87,7 +88,7 @@ def _shipped(kind: str, name: object) -> str | None:
 
 def _algorithm_profile(source: Source) -> str:
     return {"NONE": "none", "NEXTN": "mtp", "EAGLE": "eagle", "EAGLE3": "eagle", "DFLASH": "dflash2",
-            "DRAFT": "eagle"}.get(source.algorithm, "none")
+            "DRAFT": "draft-model"}.get(source.algorithm, "none")
 
 
 def server_side(source: Source, base: AlgorithmProfile, model: ModelProfile, draft_tokens: int | None) -> ServerSide:

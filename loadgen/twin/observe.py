@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -48,6 +49,11 @@ FROM (SELECT step_id, target, prompt_kind, tokens, seq, min(seq) OVER w AS first
 JOIN step_info s ON s.run_id = ? AND s.step_id = f.step_id AND s.target = f.target
 WHERE f.seq > f.first AND f.seq < f.last
 GROUP BY ALL
+"""
+# llama.cpp says its draft budget only in its counters: one accepted-tokens series per draft position.
+_DRAFT_POSITIONS = """
+SELECT max(TRY_CAST(labels::JSON->>'position' AS INTEGER)) + 1 FROM server_samples
+WHERE run_id = ? AND target = ? AND name LIKE 'llamacpp:spec_decode_num_accepted_tokens_per_pos%'
 """
 # Every request of each level as it was sent (its prompt's kind and server-counted tokens), the drain's cut ones
 # included: a level's simulation sends the same prompts in the same order.
@@ -106,14 +112,23 @@ class Source:
         return self.server == "sglang" and int(self.info.get("stream_interval") or 1) == 1
 
 
-def read_source(results: str | Path, run_id: str, target: str | None, min_levels: int = 2) -> Source:
-    """The target's measurements in `run_id` (the run's only target when `target` is None); a fit needs at least
-    two levels, a check of a twin against a run one."""
+def read_source(results: str | Path, run_id: str, target: str | None, min_levels: int = 2,
+                levels: list[int] | None = None) -> Source:
+    """The target's measurements in `run_id` (the run's only target when `target` is None), at `levels` only when
+    given (the rest left for judging the twin); a fit needs at least two levels."""
     con = analysis.open_results(results, [run_id])
     try:
-        return _read(con, str(Path(results).resolve()), run_id, target, min_levels)
+        source = _read(con, str(Path(results).resolve()), run_id, target, min_levels if levels is None else 0)
     finally:
         con.close()
+    if levels is not None:
+        kept = [lv for lv in source.levels if lv.concurrency in levels]
+        missing = sorted(set(levels) - {lv.concurrency for lv in kept})
+        if missing or len(kept) < min_levels:
+            raise ConfigError("--levels", f"run {run_id} has no measured level C = {missing or levels} of "
+                              f"{source.target}", f"use levels it measured: {[lv.concurrency for lv in source.levels]}")
+        source = dataclasses.replace(source, levels=kept)
+    return source
 
 
 def _read(con: duckdb.DuckDBPyConnection, results: str, run_id: str, target: str | None, min_levels: int
@@ -132,6 +147,8 @@ def _read(con: duckdb.DuckDBPyConnection, results: str, run_id: str, target: str
     if not steps:
         raise LoadgenError(f"run {run_id} has no complete step of {target}: nothing to fit")
     _, algorithm, draft_tokens, num_steps, topk, mode, emulated, _, info_text, _ = steps[0]
+    if draft_tokens is None and (positions := con.execute(_DRAFT_POSITIONS, [run_id, target]).fetchall()[0][0]):
+        draft_tokens = positions + 1   # drafted tokens and the bonus one
     if mode != "closed":
         raise ConfigError("--run", f"run {run_id} is open loop: a twin is fitted to closed-loop levels",
                           "fit from a run with concurrency levels (a grid or a closed-loop search)")
