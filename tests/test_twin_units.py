@@ -27,36 +27,42 @@ from sqlfixtures import Results
 from twinkit import hidden_profile
 
 
-def _engine_run(setup: str, accept_p: float, decay: float, tokens: int = 128, seed: int = 0):
+def _engine_run(setup: str, accept_p: float, decay: float, tokens: int = 128, seed: int = 0, slope: float = 0.0):
     spec = spec_for(setup)
     spec = dataclasses.replace(spec, profile=dataclasses.replace(spec.profile, accept_p={"code": accept_p},
-                                                                 accept_decay=decay, accept_sigma=0.0))
+                                                                 accept_decay=decay, accept_sigma=0.0,
+                                                                 accept_output_slope=slope))
     return run_closed(build_engine(spec, seed=seed), 4, [SimPrompt("code", 300)], tokens, Window(5, 400, 400, 0, 1e9))
 
 
-@pytest.mark.parametrize("setup, p, decay", [("mtp", 0.55, 1.0), ("dflash2", 0.8, 1.0), ("eagle-b8", 0.7, 0.9),
-                                             ("eagle-b4", 0.85, 0.95)])
-def test_acceptance_length_of_p_is_the_engines(setup, p, decay):
-    """The expected completion / verify steps (a truncated geometric per step, the last step cut) against the
-    engine's own draws over a few hundred requests; and p read back from it."""
-    run = _engine_run(setup, p, decay)
+@pytest.mark.parametrize("setup, p, decay, slope", [("mtp", 0.55, 1.0, 0.0), ("dflash2", 0.8, 1.0, -0.4),
+                                                    ("eagle-b8", 0.7, 0.9, 0.3), ("eagle-b4", 0.85, 0.95, 0.0)])
+def test_acceptance_length_of_p_is_the_engines(setup, p, decay, slope):
+    """The expected completion / verify steps (a truncated geometric per step at the output's position, the last
+    step cut) against the engine's own draws over a few hundred requests; and p read back from it."""
+    run = _engine_run(setup, p, decay, tokens=256, slope=slope)
     done = [r for r in run.requests if r.done is not None]
     measured = sum(r.completion_tokens for r in done) / sum(r.spec_verify_ct for r in done)
     k = spec_for(setup).verify_tokens
-    assert acceptance.accept_length(p, decay, k, 128) == pytest.approx(measured, rel=0.02)
-    assert acceptance.p_for_length(measured, decay, k, 128) == pytest.approx(p, abs=0.02)
+    assert acceptance.accept_length(p, decay, k, 256, slope) == pytest.approx(measured, rel=0.02)
+    assert acceptance.p_for_length(measured, decay, k, 256, slope) == pytest.approx(p, abs=0.02)
 
 
-def test_decay_along_the_draft_from_one_step_frames():
-    """Each frame of a step-streaming server is one verify step: the decay and p come back from the counts."""
-    counts: dict[int, int] = {}
+def test_decay_along_the_draft_and_drift_along_the_output_from_one_step_frames():
+    """Each frame of a step-streaming server is one verify step: the decay and the drift come back from the
+    counts, by position."""
+    counts: dict[tuple[int, int], int] = {}
     for seed in range(3):
-        for r in _engine_run("eagle-b8", 0.78, 0.9, seed=seed).requests:
+        for r in _engine_run("eagle-b8", 0.7, 0.9, tokens=512, seed=seed, slope=0.4).requests:
+            position = 1
             for _, n in r.frames[1:-1]:   # not the prefill's token, not the cut last step
-                counts[n] = counts.get(n, 0) + 1
-    decay, used = acceptance.decay_from_steps({"code": counts}, 8)
-    assert used > 5000 and decay == pytest.approx(0.9, abs=0.03)
-    assert acceptance.decay_from_steps({"code": {1: 50, 2: 50}}, 2) is None   # one drafted token: no slope
+                key = (position // acceptance.POSITION_BUCKET * acceptance.POSITION_BUCKET, n)
+                counts[key] = counts.get(key, 0) + 1
+                position += n
+    found = acceptance.from_steps({"code": counts}, 8)
+    assert found.used > 5000 and found.decay == pytest.approx(0.9, abs=0.03)
+    assert found.slope == pytest.approx(0.4, abs=0.1)
+    assert acceptance.from_steps({"code": {(0, 1): 50, (0, 2): 50}}, 2).decay is None   # one drafted token
 
 
 def test_twin_file_round_trip_and_what_ifs(tmp_path):

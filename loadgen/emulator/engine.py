@@ -311,6 +311,8 @@ class Engine:
     def _draw_accept(self, req: EmuRequest) -> int:
         """Tokens one verify step commits: leading accepted drafts + the bonus token."""
         n, p, decay, rnd = 1, req.p_accept, self.spec.profile.accept_decay, self.rng.random
+        if slope := self.spec.profile.accept_output_slope:   # acceptance drifting along the output (a twin's fit)
+            p = min(0.99, max(0.0, p * (1.0 + slope * len(req.output_ids) / 1000.0)))
         for _ in range(self.spec.verify_tokens - 1):
             if rnd() >= p:
                 break

@@ -19,6 +19,7 @@ from loadgen.prompts.config import parse_prompts_config
 from loadgen.prompts.length import LengthFit, LengthModel, fit_model, prompt_texts
 from loadgen.prompts.mix import PromptMix
 from loadgen.results import analysis
+from loadgen.twin.acceptance import POSITION_BUCKET
 from loadgen.twin.model import METRICS
 
 _STEPS = """
@@ -40,11 +41,13 @@ WHERE run_id = ? AND target = ? AND m.status = 'ok' AND m.spec_verify_ct > 0 AND
 GROUP BY ALL ORDER BY ALL
 """
 # Tokens per frame of each request's frames but its first (the prefill's token) and its last (cut by the end of
-# the output): with a server that streams every verify step, the tokens one step accepted.
-_STEP_TOKENS = """
-SELECT s.concurrency, f.prompt_kind, f.tokens, count(*)
-FROM (SELECT step_id, target, prompt_kind, tokens, seq, min(seq) OVER w AS first, max(seq) OVER w AS last
-      FROM measured_frames WHERE run_id = ? AND target = ? AND tokens IS NOT NULL
+# the output), by where in the output the step began: with a server that streams every verify step, the tokens one
+# step accepted, at that position.
+_STEP_TOKENS = f"""
+SELECT s.concurrency, f.prompt_kind, (f.cum_tokens - f.tokens) // {POSITION_BUCKET} * {POSITION_BUCKET}, f.tokens,
+       count(*)
+FROM (SELECT step_id, target, prompt_kind, tokens, cum_tokens, seq, min(seq) OVER w AS first, max(seq) OVER w AS last
+      FROM measured_frames WHERE run_id = ? AND target = ? AND tokens IS NOT NULL AND cum_tokens IS NOT NULL
       WINDOW w AS (PARTITION BY request_id)) f
 JOIN step_info s ON s.run_id = ? AND s.step_id = f.step_id AND s.target = f.target
 WHERE f.seq > f.first AND f.seq < f.last
@@ -95,7 +98,7 @@ class Source:
     ignore_eos: bool
     levels: list[Level]
     accepted: dict[tuple[int, str], tuple[int, int, int]]   # (C, kind) -> (completion tokens, verify steps, requests)
-    step_tokens: dict[tuple[int, str], dict[int, int]]      # (C, kind) -> tokens one step accepted -> steps
+    step_tokens: dict[tuple[int, str], dict[tuple[int, int], int]]   # (C, kind) -> (position, tokens) -> steps
     workload: dict[int, list[SimPrompt]]            # C -> the level's requests' kinds and prompt tokens, as sent
     lengths: LengthModel
     mean_completion: float
@@ -167,9 +170,9 @@ def _read(con: duckdb.DuckDBPyConnection, results: str, run_id: str, target: str
     ok_rows = [(kind, tokens, pid, done) for _, kind, tokens, pid, done, status in workload_rows if status == "ok"]
     accepted = {(int(level), kind): (int(c), int(v), int(n))
                 for level, kind, c, v, n in con.execute(_KINDS, [run_id, target]).fetchall()}
-    step_tokens: dict[tuple[int, str], dict[int, int]] = defaultdict(dict)
-    for level, kind, tokens, n in con.execute(_STEP_TOKENS, [run_id, target, run_id]).fetchall():
-        step_tokens[(int(level), kind)][int(tokens)] = int(n)
+    step_tokens: dict[tuple[int, str], dict[tuple[int, int], int]] = defaultdict(dict)
+    for level, kind, position, tokens, n in con.execute(_STEP_TOKENS, [run_id, target, run_id]).fetchall():
+        step_tokens[(int(level), kind)][(int(position), int(tokens))] = int(n)
     prompts = raw.get("prompts", {})
     notes: list[str] = []
     return Source(results, run_id, target, info, str(algorithm or "NONE"), draft_tokens, num_steps, topk,

@@ -24,12 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import ray
-
 sys.path.insert(0, str(Path(__file__).parents[1]))
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-import conftest  # noqa: E402,F401  (the tests' Ray token auth)
+import conftest  # noqa: E402,F401  (the tests' Ray token auth, set before Ray is imported)
+
+# isort: split
+import ray  # noqa: E402
+
 from llamaserver import LlamaServer, llama_server_paths  # noqa: E402
 from loadgen.config import parse_experiment  # noqa: E402
 from loadgen.config.search import TwinStart  # noqa: E402
