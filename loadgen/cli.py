@@ -184,6 +184,8 @@ def _twin_parser(sub: Any) -> None:
     p.add_argument("--results", default="results", help="results folder (default ./results)")
     p.add_argument("--run", required=True, help="the run id to fit from (a grid or a closed-loop search)")
     p.add_argument("--target", help="the target to fit (default: the run's only one)")
+    p.add_argument("--levels", type=int, nargs="+", help="fit to these levels only (default: every level of the "
+                   "run); the others stay out, for twin_error to judge it on")
     p.add_argument("-o", "--output", required=True, help="the twin file to write (TOML)")
     p.add_argument("--hardware", help="the prior hardware profile, name or .toml (default: what an emulated "
                    "server says it ran, else gb10)")

@@ -205,7 +205,7 @@ def test_twin_seeded_search_confirms_a_right_prediction_in_two_probes_and_surviv
 
 def test_a_seeded_probe_says_why_it_was_chosen():
     cfg = SearchConfig(1.0, 64.0, start=12.0, twin="run", seeds=(TwinStart("t", 12, 11, 14),))
-    assert next_probe(cfg, {}).reason == "start at the twin's predicted capacity 12 (11-14)"
+    assert next_probe(cfg, {}).reason == "start at the twin's prediction 12 (11-14)"
     assert next_probe(cfg, {12.0: Verdict(True, True, 1)}).reason == (
         "confirm the twin's prediction: 12 passed, the next level up")
     assert next_probe(cfg, {12.0: Verdict(True, True, 1), 13.0: Verdict(False, True, 1)}) is None

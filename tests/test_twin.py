@@ -147,7 +147,7 @@ def test_a_twin_seeded_search_confirms_the_prediction_with_few_probes(fitted, tp
     [start] = [line for line in log if "the search probes" in line]
     predicted, low, high = map(int, re.search(r"capacity (\d+) \((\d+)-(\d+)", start).groups())
     print(f"\n{start}\nprobes {probes}; measured capacity {row['capacity']}")
-    assert probes[0] == (predicted, probes[0][1]) and probes[0][1].startswith("start at the twin's predicted capacity")
+    assert probes[0] == (predicted, probes[0][1]) and probes[0][1].startswith("start at the twin's prediction")
     assert row["capacity"] is not None and low - 1 <= row["capacity"] <= high + 1, (hidden.describe(), probes, row)
     if abs(row["capacity"] - predicted) <= 1:
         assert len(probes) <= 4, probes   # right: 2 levels; one off: 3 or 4 (tests/test_search.py)

@@ -19,7 +19,7 @@ from loadgen.emulator.simulate import SimPrompt, Window, build_engine, run_close
 from loadgen.errors import ConfigError
 from loadgen.results import analysis, answer
 from loadgen.results.schema import SCHEMA_VERSION
-from loadgen.twin import acceptance
+from loadgen.twin import acceptance, crossover
 from loadgen.twin.model import load_twin
 from loadgen.twin.predict import run_predicted, twin_targets
 from loadgen.twin.whatif import load_target
@@ -27,36 +27,42 @@ from sqlfixtures import Results
 from twinkit import hidden_profile
 
 
-def _engine_run(setup: str, accept_p: float, decay: float, tokens: int = 128, seed: int = 0):
+def _engine_run(setup: str, accept_p: float, decay: float, tokens: int = 128, seed: int = 0, slope: float = 0.0):
     spec = spec_for(setup)
     spec = dataclasses.replace(spec, profile=dataclasses.replace(spec.profile, accept_p={"code": accept_p},
-                                                                 accept_decay=decay, accept_sigma=0.0))
+                                                                 accept_decay=decay, accept_sigma=0.0,
+                                                                 accept_output_slope=slope))
     return run_closed(build_engine(spec, seed=seed), 4, [SimPrompt("code", 300)], tokens, Window(5, 400, 400, 0, 1e9))
 
 
-@pytest.mark.parametrize("setup, p, decay", [("mtp", 0.55, 1.0), ("dflash2", 0.8, 1.0), ("eagle-b8", 0.7, 0.9),
-                                             ("eagle-b4", 0.85, 0.95)])
-def test_acceptance_length_of_p_is_the_engines(setup, p, decay):
-    """The expected completion / verify steps (a truncated geometric per step, the last step cut) against the
-    engine's own draws over a few hundred requests; and p read back from it."""
-    run = _engine_run(setup, p, decay)
+@pytest.mark.parametrize("setup, p, decay, slope", [("mtp", 0.55, 1.0, 0.0), ("dflash2", 0.8, 1.0, -0.4),
+                                                    ("eagle-b8", 0.7, 0.9, 0.3), ("eagle-b4", 0.85, 0.95, 0.0)])
+def test_acceptance_length_of_p_is_the_engines(setup, p, decay, slope):
+    """The expected completion / verify steps (a truncated geometric per step at the output's position, the last
+    step cut) against the engine's own draws over a few hundred requests; and p read back from it."""
+    run = _engine_run(setup, p, decay, tokens=256, slope=slope)
     done = [r for r in run.requests if r.done is not None]
     measured = sum(r.completion_tokens for r in done) / sum(r.spec_verify_ct for r in done)
     k = spec_for(setup).verify_tokens
-    assert acceptance.accept_length(p, decay, k, 128) == pytest.approx(measured, rel=0.02)
-    assert acceptance.p_for_length(measured, decay, k, 128) == pytest.approx(p, abs=0.02)
+    assert acceptance.accept_length(p, decay, k, 256, slope) == pytest.approx(measured, rel=0.02)
+    assert acceptance.p_for_length(measured, decay, k, 256, slope) == pytest.approx(p, abs=0.02)
 
 
-def test_decay_along_the_draft_from_one_step_frames():
-    """Each frame of a step-streaming server is one verify step: the decay and p come back from the counts."""
-    counts: dict[int, int] = {}
+def test_decay_along_the_draft_and_drift_along_the_output_from_one_step_frames():
+    """Each frame of a step-streaming server is one verify step: the decay and the drift come back from the
+    counts, by position."""
+    counts: dict[tuple[int, int], int] = {}
     for seed in range(3):
-        for r in _engine_run("eagle-b8", 0.78, 0.9, seed=seed).requests:
+        for r in _engine_run("eagle-b8", 0.7, 0.9, tokens=512, seed=seed, slope=0.4).requests:
+            position = 1
             for _, n in r.frames[1:-1]:   # not the prefill's token, not the cut last step
-                counts[n] = counts.get(n, 0) + 1
-    decay, used = acceptance.decay_from_steps({"code": counts}, 8)
-    assert used > 5000 and decay == pytest.approx(0.9, abs=0.03)
-    assert acceptance.decay_from_steps({"code": {1: 50, 2: 50}}, 2) is None   # one drafted token: no slope
+                key = (position // acceptance.POSITION_BUCKET * acceptance.POSITION_BUCKET, n)
+                counts[key] = counts.get(key, 0) + 1
+                position += n
+    found = acceptance.from_steps({"code": counts}, 8)
+    assert found.used > 5000 and found.decay == pytest.approx(0.9, abs=0.03)
+    assert found.slope == pytest.approx(0.4, abs=0.1)
+    assert acceptance.from_steps({"code": {(0, 1): 50, (0, 2): 50}}, 2).decay is None   # one drafted token
 
 
 def test_twin_file_round_trip_and_what_ifs(tmp_path):
@@ -144,3 +150,32 @@ def test_hidden_profiles_move_every_number_within_30_percent(tmp_path):
     for name in ("bandwidth_efficiency", "compute_tflops", "prefill_tflops", "step_overhead_ms"):
         assert 0.7 <= getattr(truth.hardware, name) / getattr(base_hw, name) <= 1.3, (seed, name)
     assert set(hidden.moves) >= {"accept_p.code", "accept_p.prose", "draft_forward_ms", "accept_sigma"}
+
+
+def test_crossover_verdicts_and_the_predicted_interval():
+    """A level is a pass where the other series leads; one step each is clear from 3% on; repeats are clear when
+    their ranges do not overlap; the crossover is the highest lead below the first loss."""
+    levels = {"mtp": {1: (100, 100, 100, 1), 8: (400, 400, 400, 1), 12: (500, 490, 510, 2), 16: (600, 600, 600, 1)},
+              "d": {1: (140, 140, 140, 1), 8: (410, 410, 410, 1), 12: (520, 505, 535, 2), 16: (550, 550, 550, 1)}}
+    found = crossover.verdicts(levels, "mtp", "d")
+    assert {c: (v.passed, v.clear, v.runs) for c, v in found.items()} == {
+        1.0: (True, True, 1), 8.0: (True, False, 1), 12.0: (True, False, 2), 16.0: (False, True, 1)}
+    assert crossover.crossover(found) == 12.0
+    base = {c: 100.0 * c for c in range(1, 11)}
+    other = {c: 100.0 * c * (1.3 - 0.05 * c) for c in range(1, 11)}   # leads up to C = 5, behind from C = 6
+    assert crossover.predicted_crossover(other, base, 0.1) == (5.0, 3.0, 7.0)
+
+
+def test_the_draft_budget_job_checks_its_table_before_any_load(tmp_path):
+    from loadgen.config import load_toml
+    from loadgen.driver.budget import load_job
+    data = load_toml(Path("jobs/experiments/draft-budget-twin.toml"), "--config")
+    job, exp = load_job(data, Path("jobs/experiments").resolve(), "draft-budget-twin.toml")
+    assert (job.baseline, job.drafted, job.own, job.budgets, job.fit_levels) == ("mtp", "dflash2", 8, (6, 4),
+                                                                                 (1, 4, 16))
+    for change, message in (({"budgets": [1]}, r"job\.budgets: must be a list of whole numbers >= 2"),
+                            ({"drafted": "nope"}, r"job\.drafted: 'nope' is not a target"),
+                            ({"budgetz": [4]}, r"job\.budgetz: unknown key")):
+        bad = dict(data, job={**data["job"], **change})
+        with pytest.raises(ConfigError, match=message):
+            load_job(bad, Path("jobs/experiments").resolve(), "x.toml")

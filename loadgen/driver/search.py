@@ -38,7 +38,7 @@ def next_probe(cfg: SearchConfig, verdicts: dict[float, Verdict]) -> Probe | Non
     level = cfg.low if cfg.start is None else cfg.start
     reason = "start at search_min" if cfg.start is None else "start"
     if cfg.seeds:
-        reason = f"start at the twin's predicted capacity {cfg.seeds[0].describe()}"
+        reason = f"start at the twin's prediction {cfg.seeds[0].describe()}"
     walked = 0
     while True:
         verdict = verdicts.get(level)

@@ -291,7 +291,7 @@ class Engine:
         for req in batch:
             if req.status != "running":
                 continue
-            n = draw_accept(self.rng, req.p_accept, spec) if spec.enabled else 1
+            n = draw_accept(self.rng, req.p_accept, spec, len(req.output_ids)) if spec.enabled else 1
             self._append(req, n, verify=spec.enabled)
         c.decode_steps += 1
         if c.decode_steps % self.decode_log_interval == 0:
@@ -331,9 +331,12 @@ class Engine:
             self.observer.on_tokens(req, n)
 
 
-def draw_accept(rng: random.Random, p: float, spec: SpecConfig) -> int:
+def draw_accept(rng: random.Random, p: float, spec: SpecConfig, produced: int) -> int:
     """Tokens one verify step commits: leading accepted drafts (each accepted with p, p decaying along the draft
-    by the profile's accept_decay, until the first rejection) + the bonus token."""
+    by the profile's accept_decay, until the first rejection) + the bonus token. A profile's accept_output_slope
+    (a twin's fit) drifts p along the output: `produced` tokens so far."""
+    if slope := spec.profile.accept_output_slope:
+        p = min(0.99, max(0.0, p * (1.0 + slope * produced / 1000.0)))
     n = 1
     for _ in range(spec.verify_tokens - 1):
         if rng.random() >= p:

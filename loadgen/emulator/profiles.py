@@ -78,6 +78,7 @@ class AlgorithmProfile:
     state_snapshot_mb: float = 0.0
     accept_decay: float = 1.0
     accept_sigma: float = 0.0
+    accept_output_slope: float = 0.0             # relative change of p per 1000 output tokens (0: none; a twin's fit)
     accept_p: dict[str, float] | None = None
 
     def p_for(self, kind: str) -> float:

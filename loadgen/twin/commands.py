@@ -18,7 +18,7 @@ from loadgen.twin.predict import run_predicted, twin_targets
 
 
 def fit_command(args: argparse.Namespace) -> int:
-    source = read_source(args.results, args.run, args.target)
+    source = read_source(args.results, args.run, args.target, levels=args.levels)
     print(f"fitting a twin of {source.target} ({source.server}{', emulated' if source.emulated else ''}) from run "
           f"{source.run_id}: C = {', '.join(str(lv.concurrency) for lv in source.levels)}", flush=True)
     for note in source.notes:

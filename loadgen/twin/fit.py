@@ -67,7 +67,8 @@ def base_profiles(source: Source, hardware: str | None, model: str | None, algor
     """The priors: profiles given, else what an emulated source says it ran (when it is a shipped profile), else
     gb10 for the hardware and the algorithm's shipped profile. A real server's model must be given."""
     emu = source.info.get("emulator") or {}
-    hw = profiles.load("hardware", hardware or _shipped("hardware", emu.get("hardware")) or "gb10")
+    default = "cpu" if source.server == "llama.cpp" else "gb10"
+    hw = profiles.load("hardware", hardware or _shipped("hardware", emu.get("hardware")) or default)
     model_name = model or _shipped("models", emu.get("model_profile"))
     if model_name is None:
         raise ConfigError("--model-profile", f"{source.server} at run {source.run_id} does not say what its model "
@@ -87,7 +88,7 @@ def _shipped(kind: str, name: object) -> str | None:
 
 def _algorithm_profile(source: Source) -> str:
     return {"NONE": "none", "NEXTN": "mtp", "EAGLE": "eagle", "EAGLE3": "eagle", "DFLASH": "dflash2",
-            "DRAFT": "eagle"}.get(source.algorithm, "none")
+            "DRAFT": "draft-model"}.get(source.algorithm, "none")
 
 
 def server_side(source: Source, base: AlgorithmProfile, model: ModelProfile, draft_tokens: int | None) -> ServerSide:
@@ -148,21 +149,27 @@ def _with_acceptance(twin: Twin, source: Source, levels: Sequence[int]) -> tuple
     if server.draft == "none" or server.draft_tokens is None:
         return twin, "no drafting: no acceptance to fit"
     k = server.draft_tokens
-    decay, how = twin.algorithm.accept_decay, "decay along the draft from the prior profile"
+    decay, slope = twin.algorithm.accept_decay, twin.algorithm.accept_output_slope
+    how = "decay along the draft and drift along the output from the prior profile (no one-step frames)"
     if source.streams_every_step:
-        steps: dict[str, dict[int, int]] = {}
+        steps: dict[str, dict[tuple[int, int], int]] = {}
         for (level, kind), counts in source.step_tokens.items():
             if level in levels:
-                for x, n in counts.items():
-                    steps.setdefault(kind, {})[x] = steps.get(kind, {}).get(x, 0) + n
-        found = acceptance.decay_from_steps(steps, k)
-        if found is not None:
-            decay, how = found[0], f"decay along the draft from {found[1]} verify steps' token counts"
+                mine = steps.setdefault(kind, {})
+                for key, n in counts.items():
+                    mine[key] = mine.get(key, 0) + n
+        found = acceptance.from_steps(steps, k)
+        decay = decay if found.decay is None else found.decay
+        slope = slope if found.slope is None else found.slope
+        how = (f"from {found.used} verify steps' token counts: decay along the draft {decay:.3f}"
+               f"{'' if found.decay is not None else ' (the prior: one drafted token)'}, drift along the output "
+               f"{slope:+.3f} per 1000 tokens{'' if found.slope is not None else ' (the prior: outputs too short)'}")
     sums = [(kind, *v) for (level, kind), v in source.accepted.items() if level in levels]
-    p = acceptance.fit_acceptance(sums, decay, k)
+    p = acceptance.fit_acceptance(sums, decay, k, slope)
     if not p:
         return twin, "no request reported its verify steps: acceptance from the prior profile"
-    alg = dataclasses.replace(twin.algorithm, accept_p=p, accept_decay=round(decay, 4))
+    alg = dataclasses.replace(twin.algorithm, accept_p=p, accept_decay=round(decay, 4),
+                              accept_output_slope=round(slope, 4))
     kinds = ", ".join(f"{kind} p={v:.3f}" for kind, v in p.items() if kind != acceptance.POOLED)
     return dataclasses.replace(twin, algorithm=alg), f"acceptance {kinds}; {how}"
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from loadgen.prompts.config import parse_prompts_config
 from loadgen.prompts.length import LengthFit, LengthModel, fit_model, prompt_texts
 from loadgen.prompts.mix import PromptMix
 from loadgen.results import analysis
+from loadgen.twin.acceptance import POSITION_BUCKET
 from loadgen.twin.model import METRICS
 
 _STEPS = """
@@ -39,15 +41,22 @@ WHERE run_id = ? AND target = ? AND m.status = 'ok' AND m.spec_verify_ct > 0 AND
 GROUP BY ALL ORDER BY ALL
 """
 # Tokens per frame of each request's frames but its first (the prefill's token) and its last (cut by the end of
-# the output): with a server that streams every verify step, the tokens one step accepted.
-_STEP_TOKENS = """
-SELECT s.concurrency, f.prompt_kind, f.tokens, count(*)
-FROM (SELECT step_id, target, prompt_kind, tokens, seq, min(seq) OVER w AS first, max(seq) OVER w AS last
-      FROM measured_frames WHERE run_id = ? AND target = ? AND tokens IS NOT NULL
+# the output), by where in the output the step began: with a server that streams every verify step, the tokens one
+# step accepted, at that position.
+_STEP_TOKENS = f"""
+SELECT s.concurrency, f.prompt_kind, (f.cum_tokens - f.tokens) // {POSITION_BUCKET} * {POSITION_BUCKET}, f.tokens,
+       count(*)
+FROM (SELECT step_id, target, prompt_kind, tokens, cum_tokens, seq, min(seq) OVER w AS first, max(seq) OVER w AS last
+      FROM measured_frames WHERE run_id = ? AND target = ? AND tokens IS NOT NULL AND cum_tokens IS NOT NULL
       WINDOW w AS (PARTITION BY request_id)) f
 JOIN step_info s ON s.run_id = ? AND s.step_id = f.step_id AND s.target = f.target
 WHERE f.seq > f.first AND f.seq < f.last
 GROUP BY ALL
+"""
+# llama.cpp says its draft budget only in its counters: one accepted-tokens series per draft position.
+_DRAFT_POSITIONS = """
+SELECT max(TRY_CAST(labels::JSON->>'position' AS INTEGER)) + 1 FROM server_samples
+WHERE run_id = ? AND target = ? AND name LIKE 'llamacpp:spec_decode_num_accepted_tokens_per_pos%'
 """
 # Every request of each level as it was sent (its prompt's kind and server-counted tokens), the drain's cut ones
 # included: a level's simulation sends the same prompts in the same order.
@@ -89,7 +98,7 @@ class Source:
     ignore_eos: bool
     levels: list[Level]
     accepted: dict[tuple[int, str], tuple[int, int, int]]   # (C, kind) -> (completion tokens, verify steps, requests)
-    step_tokens: dict[tuple[int, str], dict[int, int]]      # (C, kind) -> tokens one step accepted -> steps
+    step_tokens: dict[tuple[int, str], dict[tuple[int, int], int]]   # (C, kind) -> (position, tokens) -> steps
     workload: dict[int, list[SimPrompt]]            # C -> the level's requests' kinds and prompt tokens, as sent
     lengths: LengthModel
     mean_completion: float
@@ -106,14 +115,23 @@ class Source:
         return self.server == "sglang" and int(self.info.get("stream_interval") or 1) == 1
 
 
-def read_source(results: str | Path, run_id: str, target: str | None, min_levels: int = 2) -> Source:
-    """The target's measurements in `run_id` (the run's only target when `target` is None); a fit needs at least
-    two levels, a check of a twin against a run one."""
+def read_source(results: str | Path, run_id: str, target: str | None, min_levels: int = 2,
+                levels: list[int] | None = None) -> Source:
+    """The target's measurements in `run_id` (the run's only target when `target` is None), at `levels` only when
+    given (the rest left for judging the twin); a fit needs at least two levels."""
     con = analysis.open_results(results, [run_id])
     try:
-        return _read(con, str(Path(results).resolve()), run_id, target, min_levels)
+        source = _read(con, str(Path(results).resolve()), run_id, target, min_levels if levels is None else 0)
     finally:
         con.close()
+    if levels is not None:
+        kept = [lv for lv in source.levels if lv.concurrency in levels]
+        missing = sorted(set(levels) - {lv.concurrency for lv in kept})
+        if missing or len(kept) < min_levels:
+            raise ConfigError("--levels", f"run {run_id} has no measured level C = {missing or levels} of "
+                              f"{source.target}", f"use levels it measured: {[lv.concurrency for lv in source.levels]}")
+        source = dataclasses.replace(source, levels=kept)
+    return source
 
 
 def _read(con: duckdb.DuckDBPyConnection, results: str, run_id: str, target: str | None, min_levels: int
@@ -132,6 +150,8 @@ def _read(con: duckdb.DuckDBPyConnection, results: str, run_id: str, target: str
     if not steps:
         raise LoadgenError(f"run {run_id} has no complete step of {target}: nothing to fit")
     _, algorithm, draft_tokens, num_steps, topk, mode, emulated, _, info_text, _ = steps[0]
+    if draft_tokens is None and (positions := con.execute(_DRAFT_POSITIONS, [run_id, target]).fetchall()[0][0]):
+        draft_tokens = positions + 1   # drafted tokens and the bonus one
     if mode != "closed":
         raise ConfigError("--run", f"run {run_id} is open loop: a twin is fitted to closed-loop levels",
                           "fit from a run with concurrency levels (a grid or a closed-loop search)")
@@ -150,9 +170,9 @@ def _read(con: duckdb.DuckDBPyConnection, results: str, run_id: str, target: str
     ok_rows = [(kind, tokens, pid, done) for _, kind, tokens, pid, done, status in workload_rows if status == "ok"]
     accepted = {(int(level), kind): (int(c), int(v), int(n))
                 for level, kind, c, v, n in con.execute(_KINDS, [run_id, target]).fetchall()}
-    step_tokens: dict[tuple[int, str], dict[int, int]] = defaultdict(dict)
-    for level, kind, tokens, n in con.execute(_STEP_TOKENS, [run_id, target, run_id]).fetchall():
-        step_tokens[(int(level), kind)][int(tokens)] = int(n)
+    step_tokens: dict[tuple[int, str], dict[tuple[int, int], int]] = defaultdict(dict)
+    for level, kind, position, tokens, n in con.execute(_STEP_TOKENS, [run_id, target, run_id]).fetchall():
+        step_tokens[(int(level), kind)][(int(position), int(tokens))] = int(n)
     prompts = raw.get("prompts", {})
     notes: list[str] = []
     return Source(results, run_id, target, info, str(algorithm or "NONE"), draft_tokens, num_steps, topk,

@@ -1,0 +1,266 @@
+"""The twin's numbers (docs/twin.md), three tables:
+
+    python tests/benchmarks/bench_twin.py [--part errors cost llama] [--seeds 4] [--first-seed 1]
+
+1. errors: hidden emulator profiles (every hardware and acceptance number moved by up to +-30%, tests/twinkit.py),
+   each measured over HTTP at C = 1, 4, 16 and fitted; the twin against the hidden truth in virtual time at C = 1..64
+   (MAPE of tok/s, TTFT p50, TPOT p50, acceptance), and the capacity at a TPOT line, twin vs truth.
+2. cost: the draft-budget question on the emulator (where does DFlash2 at budget 8, 6, 4 stop leading MTP?),
+   answered three ways against the same servers: a grid (1, 2, 4, ..., 32, every configuration in each step, then
+   a bisection by hand to adjacent levels), a plain search per budget (the crossover search from the range's
+   middle), and twins (fitted from MTP and budget 8 at 1, 4, 16; the seeded search per budget). Server-seconds: each
+   target's step, start to end (views.sql step_info.step_s, summed over targets): what the servers were busy with.
+3. llama: a real llama.cpp llama-server on this CPU (SmolLM2-135M, the model as its own draft, and no draft), fitted
+   from C = 1, 2, 4 and asked for C = 1..8 (4 slots: 6 and 8 queue); twin_error against the measured levels.
+Not collected by pytest (no test_ prefix). Slow on a shared machine: run a part at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+import conftest  # noqa: E402,F401  (the tests' Ray token auth, set before Ray is imported)
+
+# isort: split
+import ray  # noqa: E402
+
+from llamaserver import LlamaServer, llama_server_paths  # noqa: E402
+from loadgen.config import parse_experiment  # noqa: E402
+from loadgen.config.search import TwinStart  # noqa: E402
+from loadgen.config.targets import TwinRef  # noqa: E402
+from loadgen.driver import budget  # noqa: E402
+from loadgen.driver.runner import run_experiment  # noqa: E402
+from loadgen.emulator.calibration import SETUPS  # noqa: E402
+from loadgen.emulator.launch import EmulatorProcess  # noqa: E402
+from loadgen.results import analysis  # noqa: E402
+from loadgen.twin import crossover  # noqa: E402
+from loadgen.twin.fit import fit_twin  # noqa: E402
+from loadgen.twin.observe import read_source  # noqa: E402
+from loadgen.twin.predict import run_predicted  # noqa: E402
+from twinkit import hidden_profile, measure  # noqa: E402
+
+LEVELS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
+PROMPTS = {"seed": 7, "max_new_tokens": 64, "ignore_eos": True, "input_tokens": {"min": 128, "max": 512}}
+
+
+def _predict(results: Path, targets: dict[str, TwinRef], load: dict, slo: dict | None = None) -> str:
+    data = {"run": {"name": "bench-twin"}, "load": {"warmup_s": 2.0, "measure_s": 20.0, **load}, "prompts": PROMPTS,
+            "targets": [{"name": n, "twin": {"profile": r.profile, **({"draft_tokens": r.draft_tokens}
+                                                                      if r.draft_tokens else {})}}
+                        for n, r in targets.items()]}
+    if slo:
+        data["slo"] = slo
+    return run_predicted(parse_experiment(data, Path(".")), results, log=lambda *a: None)
+
+
+def _figures(results: Path, run_id: str) -> dict:
+    con = analysis.open_results(results, [run_id])
+    rows = con.execute("SELECT target, concurrency, tok_s, ttft_p50, tpot_p50, accept_len FROM level_metrics"
+                       ).fetchall()
+    return {(t, c): dict(zip(("tok_s", "ttft_p50", "tpot_p50", "accept_len"), v)) for t, c, *v in rows}
+
+
+def _capacity(results: Path, name: str, ref: TwinRef, slo: dict) -> float | None:
+    run_id = _predict(results, {name: ref}, {"search": "capacity", "search_min": 1, "search_max": 64}, slo)
+    [row] = analysis.run_query(analysis.open_results(results, [run_id]), "capacity").to_pylist()
+    return row["capacity"]
+
+
+def part_errors(seeds: list[int], folder: Path) -> None:
+    print("\n1. random hidden profiles: twin (fitted from C = 1, 4, 16 over HTTP) vs the hidden truth, C = 1..64")
+    print(f"{'seed':>10s} {'algo':8s} {'tok/s':>7s} {'TTFT50':>7s} {'TPOT50':>7s} {'accept':>7s}   {'capacity':>13s}"
+          f"  {'fit LOO':>8s} {'fit s':>6s}   MAPE %, capacity truth/twin")
+    rows = []
+    for seed in seeds:
+        sub = folder / f"seed-{seed}"
+        hidden = hidden_profile(seed, sub, time_scale=4.0)
+        results = sub / "results"
+        with EmulatorProcess(hidden.flags) as emu:
+            run_id = measure(emu.url, [1, 4, 16], results, PROMPTS)
+        started = time.monotonic()
+        twin = fit_twin(read_source(results, run_id, None))
+        fit_s = time.monotonic() - started
+        twin_file = sub / "twin.toml"
+        twin.save(twin_file)
+        refs = {"twin": TwinRef(str(twin_file)), "truth": TwinRef(str(hidden.truth))}
+        by = _figures(results, _predict(results, refs, {"concurrency": LEVELS}))
+        mape = {m: sum(abs(100 * (by[("twin", c)][m] / by[("truth", c)][m] - 1)) for c in LEVELS) / len(LEVELS)
+                for m in ("tok_s", "ttft_p50", "tpot_p50", "accept_len")}
+        line = round((by[("truth", 8)]["tpot_p50"] + by[("truth", 32)]["tpot_p50"]) / 2, 3)
+        slo = {"tpot_ms": line, "attainment": 0.9}
+        caps = [_capacity(results, n, r, slo) for n, r in (("truth", refs["truth"]), ("twin", refs["twin"]))]
+        assert twin.error is not None
+        rows.append(mape)
+        print(f"{seed:>10d} {hidden.algorithm:8s} {mape['tok_s']:7.1f} {mape['ttft_p50']:7.1f} {mape['tpot_p50']:7.1f} "
+              f"{mape['accept_len']:7.1f}   {caps[0]:>6g}/{caps[1]:<6g}  {twin.error.loo_mape_pct:8.1f} {fit_s:6.0f}",
+              flush=True)
+    if rows:
+        print(f"{'mean':>10s} {'':8s} " + " ".join(f"{sum(r[m] for r in rows) / len(rows):7.1f}"
+                                                     for m in ("tok_s", "ttft_p50", "tpot_p50", "accept_len")))
+
+
+# ---- 2. campaign cost ------------------------------------------------------------------------------------------
+
+COST_LOAD = {"warmup_s": 2.0, "measure_s": 4.0, "min_measured_requests": 24, "drain_timeout_s": 60.0}
+BUDGETS = (8, 6, 4)
+
+
+def _cost_experiment(name: str, urls: dict[str, str], levels: list[int]):
+    return parse_experiment({"run": {"name": name}, "load": {**COST_LOAD, "concurrency": levels},
+                             "prompts": {**PROMPTS, "max_new_tokens": 128},
+                             "targets": [{"name": n, "url": u} for n, u in urls.items()]}, Path("."))
+
+
+def _job(urls: dict[str, str]) -> budget.BudgetJob:
+    return budget.BudgetJob("mtp", "dflash2", 8, (6, 4), (1, 4, 16), 1, 32, 2)
+
+
+def _search(results: Path, exp, job, urls: dict[str, str], name: str, start: TwinStart | None):
+    found, runs, probed = budget.seeded_crossover(exp, results, job, urls, name, start, log=lambda *a: None)
+    return found, runs
+
+
+def _grid(results: Path, urls: dict[str, str]) -> tuple[dict[int, float | None], list[str]]:
+    """1, 2, 4, ..., 32 for every configuration at once, then one level at a time by hand between each budget's
+    last lead and first loss."""
+    grid = [1, 2, 4, 8, 16, 32]
+    runs = [budget.measure(_cost_experiment("grid", urls, grid), results, "grid", urls, grid, log=lambda *a: None)]
+    answers = {}
+    for b in BUDGETS:
+        name = f"dflash2-b{b}"
+        while True:
+            found = crossover.verdicts(crossover.level_tok_s(results, runs, ["mtp", name]), "mtp", name)
+            lead = crossover.crossover(found)
+            above = min((c for c in found if c > (lead or 0)), default=None)
+            if lead is None or above is None or above - lead <= 1:
+                answers[b] = lead
+                break
+            middle = int((lead + above) // 2)
+            pair = {"mtp": urls["mtp"], name: urls[name]}
+            runs.append(budget.measure(_cost_experiment("by-hand", pair, [middle]), results, "by-hand", pair,
+                                       [middle], log=lambda *a: None))
+    return answers, runs
+
+
+def part_cost(folder: Path) -> None:
+    print("\n2. campaign cost: where DFlash2 at budget 8, 6, 4 stops leading MTP (emulator, time-scale 4, 128 tokens)")
+    results = folder / "cost"
+    flags = {"mtp": SETUPS["mtp"], **{f"dflash2-b{b}": SETUPS["dflash2"][:-1] + [str(b)] for b in BUDGETS}}
+    with EmulatorProcess([*flags["mtp"], "--time-scale", "4", "--seed", "1"]) as mtp, \
+            EmulatorProcess([*flags["dflash2-b8"], "--time-scale", "4", "--seed", "2"]) as b8, \
+            EmulatorProcess([*flags["dflash2-b6"], "--time-scale", "4", "--seed", "3"]) as b6, \
+            EmulatorProcess([*flags["dflash2-b4"], "--time-scale", "4", "--seed", "4"]) as b4:
+        urls = {"mtp": mtp.url, "dflash2-b8": b8.url, "dflash2-b6": b6.url, "dflash2-b4": b4.url}
+        exp = _cost_experiment("cost", urls, [1])
+        job = _job(urls)
+        table = {}
+        answers, runs = _grid(results, urls)
+        table["grid + bisection"] = (answers, runs)
+        plain_runs, plain = [], {}
+        for b in BUDGETS:
+            plain[b], more = _search(results, exp, job, urls, f"dflash2-b{b}", None)
+            plain_runs += more
+        table["plain searches"] = (plain, plain_runs)
+        fit_run = budget.measure(exp, results, "fit", {"mtp": urls["mtp"], "dflash2": urls["dflash2-b8"]}, [1, 4, 16],
+                                 log=lambda *a: None)
+        twins = budget.fit_twins(results, fit_run, job, log=lambda *a: None)
+        _, tok = budget.predict_budgets(exp, results, job, twins)
+        spread = budget.tok_s_spread(list(twins.values()))
+        seeded_runs, seeded, predicted = [fit_run], {}, {}
+        for b in BUDGETS:
+            name = f"dflash2-b{b}"
+            c, lo, hi = crossover.predicted_crossover(tok[name], tok["mtp"], spread)
+            predicted[b] = c
+            start = TwinStart(name, c or 1, lo or 1, hi or (c or 1))
+            seeded[b], more = _search(results, exp, job, urls, name, start)
+            seeded_runs += more
+        table["twin-seeded (fit included)"] = (seeded, seeded_runs)
+    grid_s = budget.step_seconds(results, table["grid + bisection"][1])[1]
+    print(f"  {'method':28s} {'b8':>5s} {'b6':>5s} {'b4':>5s}  {'steps':>5s} {'server-s':>9s} {'vs grid':>8s}")
+    print(f"  {'twin prediction alone':28s} " + " ".join(f"{_g(predicted[b]):>5s}" for b in BUDGETS) + "      0"
+          "       0.0     0.0%")
+    for method, (found, runs) in table.items():
+        steps, seconds = budget.step_seconds(results, runs)
+        print(f"  {method:28s} " + " ".join(f"{_g(found[b]):>5s}" for b in BUDGETS)
+              + f"  {steps:5d} {seconds:9.1f} {100 * seconds / grid_s:7.1f}%")
+    print("  (a budget's answer: the highest C where it leads MTP in aggregate tok/s; '-': it leads nowhere)")
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+# ---- 3. llama.cpp ----------------------------------------------------------------------------------------------
+
+def part_llama(folder: Path) -> None:
+    print("\n3. llama.cpp llama-server on this CPU (SmolLM2-135M Q4_1, 4 slots): fitted from C = 1, 2, 4")
+    found = llama_server_paths()
+    if isinstance(found, str):
+        print(f"  skipped: {found}")
+        return
+    binary, model = found
+    for draft in (True, False):
+        results = folder / f"llama-{'draft' if draft else 'plain'}"
+        with LlamaServer(binary, model, folder / f"llama-{draft}.log", parallel=4, draft=draft,
+                         extra=("-t", "1")) as server:
+            exp = parse_experiment({
+                "run": {"name": "llama"}, "load": {"concurrency": [1, 2, 3, 4, 6, 8], "warmup_s": 2.0,
+                                                   "measure_s": 6.0, "min_measured_requests": 12,
+                                                   "drain_timeout_s": 120.0, "realtime_priority": False},
+                "prompts": {"seed": 3, "max_new_tokens": 48, "ignore_eos": True, "temperature": 0.0},
+                "targets": [{"name": "llama", "url": server.url}]}, Path("."))
+            measured = run_experiment(exp, str(results), log=lambda *a: None).run_id
+        twin = fit_twin(read_source(results, measured, None, levels=[1, 2, 4]), model="smollm2-135m-q4_1")
+        twin_file = results / "twin.toml"
+        twin.save(twin_file)
+        pred = _predict_llama(results, twin_file)
+        rows = analysis.run_query(analysis.open_results(results), "twin_error",
+                                  {"predicted_run": pred, "measured_run": measured}).to_pylist()
+        print(f"  {'with a draft (-md, draft-simple, n_max 4)' if draft else 'without a draft'}: "
+              f"{twin.error.describe() if twin.error else ''}")
+        print(f"    {'metric':12s} " + " ".join(f"C={c:<6d}" for c in (1, 2, 3, 4, 6, 8)) + "  MAPE")
+        for metric in ("tok_s", "ttft_p50_ms", "tpot_p50_ms", "accept_len"):
+            by = {r["concurrency"]: r for r in rows if r["metric"] == metric}
+            if by:
+                cells = " ".join(f"{by[c]['error_pct']:+7.1f}" if c in by else "      -" for c in (1, 2, 3, 4, 6, 8))
+                print(f"    {metric:12s} {cells}  {next(iter(by.values()))['mape_pct']:5.1f}")
+        print("    fitted: " + ", ".join(f"{k} {v['value']:.4g} ({v['set_by']})" for k, v in twin.fitted.items()
+                                         if isinstance(v, dict)))
+
+
+def _predict_llama(results: Path, twin_file: Path) -> str:
+    data = {"run": {"name": "llama-twin"}, "load": {"concurrency": [1, 2, 3, 4, 6, 8], "warmup_s": 2.0,
+                                                    "measure_s": 6.0},
+            "prompts": {"seed": 3, "max_new_tokens": 48, "ignore_eos": True, "temperature": 0.0},
+            "targets": [{"name": "llama", "twin": {"profile": str(twin_file)}}]}
+    return run_predicted(parse_experiment(data, Path(".")), results, log=lambda *a: None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", nargs="+", default=["errors", "cost", "llama"], choices=("errors", "cost", "llama"))
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--first-seed", type=int, default=1)
+    args = parser.parse_args()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with tempfile.TemporaryDirectory(prefix="bench-twin-") as tmp:
+        folder = Path(tmp)
+        if "errors" in args.part:
+            part_errors(list(range(args.first_seed, args.first_seed + args.seeds)), folder)
+        if "cost" in args.part:
+            part_cost(folder)
+        if "llama" in args.part:
+            part_llama(folder)
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
