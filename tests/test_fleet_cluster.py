@@ -237,7 +237,7 @@ def _stop_job_when(address: str, folder: Path, ready: Callable[[str], bool], the
         return subprocess.run(["ray", "job", "logs", "--address", address, job_id], capture_output=True,
                               text=True, timeout=60).stdout
 
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300   # a loaded 2-core host takes minutes to start 3 nodes' servers and samplers
     while not ready(job_log()):
         assert time.monotonic() < deadline, f"never ready:\n{job_log()}"
         time.sleep(0.5)
