@@ -7,6 +7,7 @@ that process (by PID) at exit.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -127,3 +128,12 @@ def server_log_timings(text: str) -> list[dict]:
     for m in _DRAFT.finditer(text):
         tasks.setdefault(int(m[1]), {}).update(accepted=int(m[2]), drafted=int(m[3]))
     return [dict(t, task=task) for task, t in sorted(tasks.items()) if "gen_ms" in t]
+
+
+def without_draft_probe(logged: list[dict], con) -> list[dict]:
+    """The server's tasks of a run but loadgen's one drafting probe (client/drafting.py: one short request per
+    llama.cpp target before any load, recorded in steps.server_info), checked to be the first task."""
+    [(observed,)] = con.execute("SELECT DISTINCT server_info->>'$.speculative_observed' FROM steps").fetchall()
+    probe = json.loads(observed)
+    assert logged and logged[0]["gen_n"] == probe["completion_tokens"], (logged[:1], probe)
+    return logged[1:]

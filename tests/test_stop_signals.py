@@ -32,7 +32,6 @@ import ray
 
 from conftest import wait_until
 from loadgen.driver import stop
-from loadgen.driver.runner import START_DELAY_S
 from loadgen.results import analysis
 
 REPO = Path(__file__).parents[1]
@@ -46,7 +45,8 @@ class Case:
     phase: str          # what the run row's reason must name
     load: str           # the experiment's [load] keys
     trigger: str        # the driver's line (a regex) that says the phase has begun
-    after_s: float = 0  # then this long, by the step's own schedule, before the phase has surely begun
+    after_s: float = 0  # then this long (after a step's first request, if it has one to cut), by the run's own
+                        # schedule (the window's length), before the phase has surely begun
     target: str = "hold"  # a shared emulator (hold, fast), or one loadgen launches (starting: never healthy)
     prompts: str = ""   # more [prompts] keys
     cut: bool = False   # a step was running: written, every request it sent cut and recorded
@@ -60,16 +60,15 @@ GRID = {
     "warm-up": Case("the warm-up of step 1", "concurrency = [2]\nwarmup_s = 600\nmeasure_s = 1\n", r"^\[step 1/",
                     cut=True),
     "window": Case("the window of step 1", "concurrency = [2]\nwarmup_s = 0\nmeasure_s = 600\n", r"^\[step 1/",
-                   START_DELAY_S + 0.2, cut=True),
+                   cut=True),
     "drain": Case("the drain of step 1", 'mode = "open"\nrates = [4]\narrival = "constant"\nwarmup_s = 0\n'
-                  "measure_s = 0.5\ndrain_timeout_s = 600\n", r"^\[step 1/", START_DELAY_S + 0.7, cut=True),
+                  "measure_s = 0.5\ndrain_timeout_s = 600\n", r"^\[step 1/", 0.7, cut=True),
     "answer": Case("the answer", "concurrency = [1, 2]\nrequests = 2\n", r"^run \S+: complete", target="fast"),
 }
 SEARCH = '[slo]\nttft_ms = 5000\nattainment = 0.8\n[load]\nsearch = "capacity"\nsearch_min = 1\nsearch_max = 2\n'
 SEARCHES = {
     "judge": Case("the judge", "warmup_s = 0.2\nmeasure_s = 0.5\n", r"^\[step 1\] done in", target="fast"),
-    "window": Case("the window of step 1", "warmup_s = 0\nmeasure_s = 600\n", r"^\[step 1\]", START_DELAY_S + 0.2,
-                   cut=True),
+    "window": Case("the window of step 1", "warmup_s = 0\nmeasure_s = 600\n", r"^\[step 1\]", cut=True),
     "answer": Case("the answer", "warmup_s = 0.2\nmeasure_s = 0.5\n", r"^run \S+: complete", target="fast"),
 }
 LAUNCHED = {"starting": '[targets.emulator]\nmodel-path = "m"\nstartup-delay-s = 600\n',
@@ -138,9 +137,21 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _stop_at(case: Case, sig: signal.Signals, experiment: str, tmp_path: Path) -> tuple[int, str, Path]:
-    """Run the driver, send `sig` once it logged `case.trigger` and `case.after_s` passed; its exit code, output
-    and results folder."""
+def _seen(hold: str, run: str) -> set[str]:
+    """The request ids of run `run` (its 6-hex suffix) that the holding emulator received, by its own log."""
+    with urllib.request.urlopen(f"{hold}/emulator/requests", timeout=10) as resp:
+        return {r["rid"] for r in json.load(resp)["requests"] if r["rid"].startswith(f"{run}-")}
+
+
+def _run_suffix(out: str) -> str:
+    return re.search(r"^run \S+-([0-9a-f]{6}): ", out, re.M).group(1)   # request ids start with it
+
+
+def _stop_at(case: Case, sig: signal.Signals, experiment: str, tmp_path: Path, hold: str
+             ) -> tuple[int, str, Path]:
+    """Run the driver, send `sig` once it logged `case.trigger` and `case.after_s` passed (and, for a step to cut,
+    once the holding emulator has a request of it: on a busy machine the workers can start later than the
+    schedule); its exit code, output and results folder."""
     tmp_path.mkdir()
     config, results = tmp_path / "exp.toml", tmp_path / "results"
     config.write_text(experiment)
@@ -159,7 +170,10 @@ def _stop_at(case: Case, sig: signal.Signals, experiment: str, tmp_path: Path) -
         if case.target == "starting":   # and the server it launches logged its PID: that process is starting
             wait_until(lambda: "[loadgen] pid" in "".join(f.read_text() for f in results.glob("logs/run_id=*/*")),
                        what="the launched server's PID in its log")
-        time.sleep(case.after_s)   # a bound the driver's own schedule sets (START_DELAY_S, the window), not a hope
+        if case.cut:   # the step has begun once its first request reached the server
+            run = _run_suffix("".join(out))
+            wait_until(lambda: _seen(hold, run), what="the step's first request at the server")
+        time.sleep(case.after_s)   # a bound the run's own schedule sets (the window's length), not a hope
         proc.send_signal(sig)
         out.append(proc.communicate(timeout=120)[0])
     finally:
@@ -190,9 +204,7 @@ def _assert_stopped(code: int, out: str, results: Path, sig: signal.Signals, cas
         [(status, reason)] = con.sql("SELECT status, status_reason FROM steps").fetchall()
         assert status == "incomplete" and f"run stopped ({why}); requests in flight were cut" in reason, reason
         rows = dict(con.sql("SELECT request_id, status FROM requests").fetchall())
-        run = re.search(r"^run \S+-([0-9a-f]{6}): ", out, re.M).group(1)   # request ids start with it
-        with urllib.request.urlopen(f"{hold}/emulator/requests", timeout=10) as resp:
-            seen = {r["rid"] for r in json.load(resp)["requests"] if r["rid"].startswith(f"{run}-")}
+        seen = _seen(hold, _run_suffix(out))
         assert seen and set(rows) == seen and set(rows.values()) == {"cancelled"}, (rows, seen, out)
 
 
@@ -204,7 +216,8 @@ def _both(kind: str, name: str, emulators: dict, tmp_path: Path) -> None:
                   + f'[prompts]\nmax_new_tokens = 16\n{case.prompts}[[prompts.sources]]\nformat = "jsonl"\n'
                   f'path = "{PROMPTS}"\n[[targets]]\nname = "emu"\n{target}')
     with ThreadPoolExecutor(2) as pool:
-        runs = {sig: pool.submit(_stop_at, case, sig, experiment, tmp_path / sig.name) for sig in SIGNALS}
+        runs = {sig: pool.submit(_stop_at, case, sig, experiment, tmp_path / sig.name, emulators["hold"])
+                for sig in SIGNALS}
     for sig, run in runs.items():
         _assert_stopped(*run.result(), sig, case, emulators["hold"])
 

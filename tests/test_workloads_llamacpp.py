@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaserver import LlamaServer, server_log_timings
+from llamaserver import LlamaServer, server_log_timings, without_draft_probe
 from loadgen.config import parse_experiment
 from loadgen.driver.runner import run_experiment
 from loadgen.results import analysis
@@ -38,6 +38,7 @@ def run(ray_local, llama_server_bin, tmp_path_factory):
         logged = server_log_timings(llama.tail_bytes().decode("utf-8", "replace"))
     assert outcome.status == "complete", outcome.reason
     con = analysis.open_results(outcome.results_dir, [outcome.run_id])
+    logged = without_draft_probe(logged, con)
     cur = con.execute("SELECT * FROM requests ORDER BY t_sent_ns")
     names = [d[0] for d in cur.description]
     rows = [dict(zip(names, r)) for r in cur.fetchall()]
