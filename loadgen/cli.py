@@ -55,7 +55,7 @@ def _adhoc(args: argparse.Namespace) -> int:
             from loadgen.results.slo_answer import capacity_lines
             print("capacity " + "\n".join(capacity_lines(con)))
         print(f"results: {result.results_dir}")
-    result = run_experiment(exp, str(folder), report=report)
+    result = run_experiment(exp, str(folder), report=report, terminal=sys.stdout if sys.stdout.isatty() else None)
     return 0 if result.status == "complete" else 1
 
 
@@ -229,9 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "`ray job submit`: ~/loadgen-results on the driver's node)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--slo", metavar="LINES", help="judge each level against an SLO, e.g. "
-                   "ttft_ms=2000,tpot_ms=100,attainment=0.9 (README: Capacity at an SLO)")
+                   "ttft_ms=2000,tpot_ms=100,attainment=0.9 (docs/capacity-search.md)")
     p.add_argument("--resume", metavar="RUN_ID", help="continue this stopped run with the same experiment "
-                   "(README: Resuming a run)")
+                   "(docs/failures.md)")
     p.set_defaults(func=_capacity)
 
     p = sub.add_parser("run", help="ad-hoc run from flags: N requests at concurrency C against one URL")
@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "qa, math, rag), conversation, humaneval, or a dataset as FORMAT:PATH (jsonl, sharegpt, "
                    "question-jsonl; loadgen/prompts/README.md, docs/workloads.md)")
     p.add_argument("--input-tokens", metavar="N|MIN-MAX", help="each prompt's length in the server's own tokens: "
-                   "fixed, or uniform in a range (calibrated against the server first; README: Input length)")
+                   "fixed, or uniform in a range (calibrated against the server first; docs/experiments.md)")
     p.add_argument("--requests", type=int, required=True, help="requests per level")
     p.add_argument("--max-tokens", type=int, default=128, help="max_new_tokens (ignore_eos is on unless "
                    "--no-ignore-eos)")
@@ -268,13 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "requests than this (a count >= 1, or a fraction < 1 of the step's requests; default: never)")
     p.add_argument("--no-realtime-priority", dest="realtime_priority", action="store_false",
                    help="keep the workers' reading thread at normal priority (for a client sharing cores with "
-                        "the server under test; see README, The client)")
+                        "the server under test; see docs/instrument.md)")
     p.add_argument("--name", default="adhoc", help="run name (part of the run id)")
     p.add_argument("--results", help="results folder (default ./results; under `ray job submit`: "
                    "~/loadgen-results on the driver's node)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--slo", metavar="LINES", help="judge each level against an SLO, e.g. "
-                   "ttft_ms=2000,tpot_ms=100,attainment=0.9 (README: Capacity at an SLO)")
+                   "ttft_ms=2000,tpot_ms=100,attainment=0.9 (docs/capacity-search.md)")
     p.set_defaults(func=_adhoc)
 
     p = sub.add_parser("query", help="run one of the SQL files in queries/ over a results folder",

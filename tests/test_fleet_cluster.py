@@ -126,11 +126,12 @@ def test_fleet_job_succeeds(sweep):
 
 def test_workers_and_servers_ran_on_their_pinned_nodes(sweep):
     job, _, ids, _ = sweep
-    placed = dict(re.findall(r"placed (\S+): (.*)", job.stdout))
-    assert len(placed) == 6, job.stdout[-3000:]   # 3 nodes x 2 configurations
-    for target, where in placed.items():
-        node = target.split(".")[0]
-        assert set(re.findall(r"[0-9a-f]{56}", where)) == {ids[node]}, (target, where)
+    # one line per configuration (3 targets each): the nodes the actors were found on, checked against the pins
+    placed = re.findall(r"placed 3 targets, every worker and server on its node: (.*)", job.stdout)
+    assert len(placed) == 2, job.stdout[-3000:]   # 2 configurations
+    for line in placed:
+        assert dict(re.findall(r"(spark\d) = Ray node ([0-9a-f]{12})", line)) == {
+            node: node_id[:12] for node, node_id in ids.items()}, line
 
 
 def test_every_row_is_tagged_with_its_node(sweep):

@@ -58,7 +58,7 @@ def test_window_end_is_stamped_after_the_counts_it_was_decided_on(ray_local):
             return len(self.sent_at)
 
     worker = SendsWhileCounted.remote()
-    close_windows([[worker]], ["t"], now_ns(), 0.1, 60.0, [3], log=lambda *a: None)
+    close_windows([[worker]], ["t"], now_ns(), 0.1, 60.0, [3])
     assert ray.get(worker.measured.remote()) == 3
     assert ray.get(worker.measure_sent_count.remote(now_ns())) == 4  # the window was closed at its 3rd send, not later
 

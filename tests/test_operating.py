@@ -90,7 +90,7 @@ def test_a_loopback_url_pinned_to_a_node_is_left_to_its_worker(tmp_path):
     job = subprocess.run([sys.executable, "-m", "jobs.fleet", "--config", str(config), "--results",
                           str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True, timeout=180,
                          env=dict(os.environ, RAY_ADDRESS="", RAY_AUTH_MODE="disabled"))
-    assert job.returncode == 2 and "fleet node n1: Ray node" in job.stdout, job.stdout + job.stderr
+    assert job.returncode == 2 and "fleet nodes: n1 = Ray node" in job.stdout, job.stdout + job.stderr
     errors = [line for line in job.stderr.splitlines() if not _ray_noise(line)]
     assert len(errors) == 1 and errors[0].startswith(f"error: http://127.0.0.1:{port}: unreachable"), job.stderr
     assert "Unclosed" not in job.stderr + job.stdout and "Traceback" not in job.stderr

@@ -46,7 +46,8 @@ NOT_FAILED = ("ok", "cancelled")     # outcomes that are not failures: a drain's
 @dataclass(frozen=True)
 class WorkerProgress:
     """A worker's answer to the driver's poll: enough to decide when the drain is over, whether the error
-    budget is spent, and, should the worker die, which requests to record as `lost`."""
+    budget is spent, and, should the worker die, which requests to record as `lost`; and what the driver shows
+    of the step (loadgen.driver.progress: the workers print nothing themselves)."""
 
     worker: str
     in_flight: int = 0
@@ -56,6 +57,8 @@ class WorkerProgress:
     outcomes: dict[str, int] = field(default_factory=dict)   # status -> finished requests
     unsettled: list[dict] = field(default_factory=list)      # rows the sink has not acknowledged
     t_first_measured_ns: int | None = None   # when its first measured request was planned (warm-up's end)
+    tokens: int = 0                  # output tokens received in the step so far (finished and in flight)
+    early_stop: str | None = None    # the first request the server ended with 'stop' despite ignore_eos, in words
 
     @property
     def finished(self) -> int:

@@ -23,7 +23,6 @@ from typing import cast
 import aiohttp
 import psutil
 import ray
-from ray.experimental import tqdm_ray
 
 from loadgen.client import arrivals, calibrate, drafting, ramps, sessions
 from loadgen.client.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
@@ -37,7 +36,6 @@ from loadgen.config import TargetConfig
 from loadgen.errors import LoadgenError, TargetError
 from loadgen.prompts import Prompt
 from loadgen.servers import probe, serverid
-from loadgen.values import counted
 
 SAMPLE_PERIOD_S = 0.5
 WATCHDOG_PERIOD_S = 0.1
@@ -45,7 +43,6 @@ WORKER_NICE = -10          # the worker's threads Ray starts at nice 15 (see _ra
 LOOP_RT_PRIORITY = 1       # SCHED_FIFO priority of the event-loop thread: the lowest, below every kernel thread
 CONNECT_BACKOFF_S = 0.1     # a slot's pause after a request that could not even connect
 DRAFT_PROBE_TIMEOUT_S = 60.0  # llama.cpp's drafting probe before any load (client/drafting.py)
-PROGRESS_LINE_S = 5.0       # without live bars (the driver's output is a log): a plain progress line this often
 
 
 @ray.remote(num_cpus=0)
@@ -63,17 +60,13 @@ class PromptPool:
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=3)  # a crashed worker comes back for the next step
 class LoadWorker:
     def __init__(self, name: str, target: TargetConfig, url: str, prompts: tuple[str, int], sampling: SamplingSpec,
-                 sink: str, progress_bars: bool = True) -> None:
+                 sink: str) -> None:
         """`url`: the target's server (its own, or the one loadgen launched for it).
         `prompts` names a PromptPool actor and this worker's shard in it, fetched when a step starts; `sink`
         is the results sink's actor name. Names, not the prompts or handles: Ray keeps a large argument or a
         handle in the object store, and logs an error for a restartable actor with such arguments.
-        `progress_bars`: live tqdm bars for a driver on a terminal, else a plain line every PROGRESS_LINE_S
-        (a bar's redraws in a log file are hundreds of lines of escape codes)."""
+        The worker prints nothing: the driver shows its `progress` (loadgen.driver.progress)."""
         self.name = name
-        self.progress_bars = progress_bars
-        self.progress_label = ""
-        self.progress_next_ns = 0
         self.target = target
         self.url = url
         self.prompt_source = prompts
@@ -85,7 +78,7 @@ class LoadWorker:
         self.adapter = adapter_for(target.flavor) if self.flavor else None
         self.options: OpenAIOptions | None = None  # openai-*: set by preflight/configure before any load
         self.identity: dict | None = None  # loadgen.servers.serverid's answer (first worker of a target: preflight)
-        self.warned_early_stop = False     # a server that ignores ignore_eos is named once (per worker)
+        self.early_stop: str | None = None  # a server that ignores ignore_eos: its first such request, in words
         self.endpoint = Endpoint(url, self.api_key)
         self.shipper = RowShipper(ray.get_actor(sink).write.remote, name, target.name, target.node)
         self.streams: dict[str, StreamExchange] = {}
@@ -105,8 +98,8 @@ class LoadWorker:
         self.window_end_ns = 0
         self.sent = 0
         self.outcomes: dict[str, int] = {}
+        self.tokens = 0
         self.session: aiohttp.ClientSession | None = None
-        self.bar: tqdm_ray.tqdm | None = None
 
     # control calls (run where the server is reachable)
     async def _session(self) -> aiohttp.ClientSession:
@@ -162,7 +155,7 @@ class LoadWorker:
         spec = t.spec_details if t.spec_details is not None else sglang and _version(info["version"]) >= (0, 5, 23)
         options = OpenAIOptions(t.model or models[0], t.continuous_usage, bool(spec), sglang=sglang,
                                 server=ident.name, flavor=self.flavor,
-                                cache_prompt=ident.name != serverid.LLAMACPP,  # no prefix reuse (README)
+                                cache_prompt=ident.name != serverid.LLAMACPP,  # no prefix reuse (docs/real-servers.md)
                                 cache_salt=ident.name == serverid.VLLM)
         self.configure(options)
         if ident.name == serverid.LLAMACPP and self.adapter is not None:   # what it does over what it says
@@ -226,11 +219,7 @@ class LoadWorker:
         self.shipper.holds_level = not sessions.users_think(self.prompts)   # users who think hold no request
         self.sent = 0
         self.outcomes = {}
-        level = f"C={step.concurrency}" if step.arrivals is None else f"rate={step.arrivals.rate:g}/s"
-        self.progress_label = f"step {step.step_id + 1} {self.name} {level}"
-        self.progress_next_ns = now_ns() + int(PROGRESS_LINE_S * 1e9)
-        if self.progress_bars:  # rendered by the driver (Ray forwards worker output)
-            self.bar = tqdm_ray.tqdm(desc=self.progress_label, total=step.max_requests, unit=" req")
+        self.tokens = 0
         self.run_task = asyncio.create_task(self._run(step))
 
     async def _run(self, step: StepSpec) -> None:
@@ -335,24 +324,22 @@ class LoadWorker:
                 self.measure_open -= 1
             status = cast(str, state.status)   # set: every path above closes the state
             self.outcomes[status] = self.outcomes.get(status, 0) + 1
+            self.tokens += state.completion_tokens or 0
             self.shipper.add(state)
-            if state.finish_reason == "stop" and self.sampling.ignore_eos and not self.warned_early_stop:
+            if state.finish_reason == "stop" and self.sampling.ignore_eos and not self.early_stop:
                 self._warn_early_stop(state)
         return status
 
     def _warn_early_stop(self, state: StreamState) -> None:
         """ignore_eos was sent, yet the server stopped: the workload is not the one asked for (shorter outputs).
-        Said once in the run's output (Ray forwards a worker's stdout to the driver); queries/workload_check.sql
-        counts every such request."""
+        Kept for `progress`, so that the driver says it once; queries/workload_check.sql counts every such
+        request."""
         asked = self.sampling.for_prompt(state.prompt).max_new_tokens
         if state.completion_tokens is not None and state.completion_tokens >= asked:
             return
-        self.warned_early_stop = True
         server = (self.identity or {}).get("server") or "the server"
-        print(f"warning: target {self.target.name} ({server}) ended request {state.request_id} with 'stop' after "
-              f"{state.completion_tokens} of {asked} tokens although ignore_eos was sent: it "
-              "ignores ignore_eos, so outputs are shorter than asked (loadgen query workload_check; or run with "
-              "--no-ignore-eos / prompts.ignore_eos = false)", flush=True)
+        self.early_stop = (f"{server} ended request {state.request_id} with 'stop' after {state.completion_tokens} "
+                           f"of {asked} tokens")
 
     async def close_window(self, t_end_ns: int) -> None:
         """The driver ends a closed-loop window (it lasts until enough requests were sent in it): requests
@@ -375,8 +362,9 @@ class LoadWorker:
         step = self.step
         quota_done = step is not None and step.max_requests is not None and self.sent >= step.max_requests
         unsettled = self.shipper.unsettled(p.state for p in self.streams.values())
+        tokens = self.tokens + sum(p.state.cum_tokens for p in self.streams.values())
         return WorkerProgress(self.name, len(self.streams), self.measure_open, self.sent, quota_done,
-                              dict(self.outcomes), unsettled, self.t_first_measured_ns)
+                              dict(self.outcomes), unsettled, self.t_first_measured_ns, tokens, self.early_stop)
 
     async def stop_step(self, reason: str = "step ended") -> dict:
         """Stop issuing, cut what is still running (status cancelled), write every row, return counts."""
@@ -397,10 +385,6 @@ class LoadWorker:
             task.cancel()
         await asyncio.gather(*self.background, return_exceptions=True)
         self.slot_tasks, self.background, self.run_task = [], [], None
-        self._show_progress(final=True)
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
         self.endpoint.close_idle()
         if step.sample_server and self.session is not None:  # a last server sample, after the last request
             try:
@@ -439,7 +423,6 @@ class LoadWorker:
             rows["read_delay_max_ms"].append(self.reads.take())
             rows["cpu_percent"].append(self.process.cpu_percent(None))
             rows["in_flight"].append(len(self.streams))
-            self._show_progress()
             tick += 1
             if session is not None and tick % 2 == 0:
                 server_rows += await self._server_rows(session, step)
@@ -464,16 +447,6 @@ class LoadWorker:
         return [{"run_id": step.run_id, "step_id": step.step_of(t), "target": self.target.name,
                  "node": self.target.node, "t_ns": t, "name": name, "value": value,
                  "labels": json.dumps(labels, sort_keys=True)} for name, value, labels in samples]
-
-    def _show_progress(self, final: bool = False) -> None:
-        """Finished requests on this worker's progress bar, or as a line when it is time for one."""
-        done = sum(self.outcomes.values())
-        if self.bar is not None:
-            self.bar.update(done - self.bar.n)
-        elif not self.progress_bars and (final or now_ns() >= self.progress_next_ns):
-            line = f"{self.progress_label}: {counted(done, 'request')} finished, {len(self.streams)} in flight"
-            print(line, flush=True)
-            self.progress_next_ns = now_ns() + int(PROGRESS_LINE_S * 1e9)
 
 
 def identity_info(ident: serverid.ServerId, flavor: str) -> dict:
@@ -531,7 +504,7 @@ def _raise_priority(realtime: bool) -> None:
     waited up to 11 ms for the GIL held by threads Ray starts at nice 15, which every process at nice 0 preempts
     (perf sched). So the loop thread becomes SCHED_FIFO at the lowest real-time priority (threads it creates revert
     to normal), and the worker's nice-15 threads get WORKER_NICE: fewer frames are read together (the measurements:
-    README, "The client: how many workers"). The kernel's real-time throttling still leaves 5% of each second to
+    docs/instrument.md). The kernel's real-time throttling still leaves 5% of each second to
     other tasks. Needs root or CAP_SYS_NICE; without it every thread keeps Ray's priority and client_samples (loop
     lag, read delay) show the cost.
 

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 if not sys.stdout.isatty():
-    # A log (`ray job logs`, a file, CI), not a terminal: Ray prints the workers' lines without colour codes and
-    # without folding similar lines of different workers into `[repeated Nx]`. Ray reads both when it is
-    # imported (below); the workers print plain progress lines instead of bars (runner._bring_up).
+    # A log (`ray job logs`, a file, CI), not a terminal: what Ray forwards from the actors (their warnings and
+    # errors; the workers print no progress, the driver shows it) comes without colour codes and without folding
+    # similar lines of different actors into `[repeated Nx]`. Ray reads both when it is imported (below).
     os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
@@ -56,10 +56,11 @@ def results_folder(given: str | None) -> Path:
 
 def run_capacity(config_path: str, results: str | None, ray_address: str | None,
                  queries: tuple[str, ...] = CAPACITY_QUERIES, fleet: bool = False, slo: str | None = None,
-                 resume: str | None = None) -> int:
+                 resume: str | None = None, started: float | None = None) -> int:
     """Run an experiment file end to end and print the answer and `queries`; exit code 0 only if every step
     completed. `slo`: the --slo flag (`ttft_ms=2000,tpot_ms=100`), over the file's [slo]. `resume`: a run id
-    to continue (README: Resuming a run), checked against the experiment before Ray starts."""
+    to continue (docs/failures.md), checked against the experiment before Ray starts. `started`
+    (time.monotonic() when the job began): the last line says the wall time since."""
     # every config error surfaces here, before Ray or any load
     exp = load_experiment(config_path, parse_slo_flag(slo) if slo else None)
     if fleet and exp.fleet is None:
@@ -69,7 +70,7 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
     if twin_targets(exp):                # twins run in virtual time: no Ray, no server (docs/twin.md)
         if resume:
             raise ConfigError("--resume", "a predicted run is not resumed", "run it again: it takes seconds")
-        return _answer(str(folder), run_predicted(exp, folder, log=log), "complete", "", queries)
+        return _answer(str(folder), run_predicted(exp, folder, log=log), "complete", "", queries, started)
     state = load_resume(folder, resume, exp) if resume else None
     reach.check_targets(exp)             # a url the driver can tell is down: one line, no Ray
     stop.check()                         # a stop signal before Ray starts: there is no run to record
@@ -78,19 +79,23 @@ def run_capacity(config_path: str, results: str | None, ray_address: str | None,
 
     def report(result: RunResult) -> None:
         """The summary files and the answer, then what the job adds: the run's last part (runner)."""
-        _answer(result.results_dir, result.run_id, result.status, result.reason, queries)
-    result = run_experiment(exp, str(folder), log=log, resume=state, report=report)
+        _answer(result.results_dir, result.run_id, result.status, result.reason, queries, started)
+    result = run_experiment(exp, str(folder), log=log, resume=state, report=report,
+                            terminal=sys.stdout if sys.stdout.isatty() else None)
     return 0 if result.status == "complete" else 1
 
 
-def _answer(results_dir: str, run_id: str, status: str, reason: str, queries: tuple[str, ...]) -> int:
+def _answer(results_dir: str, run_id: str, status: str, reason: str, queries: tuple[str, ...],
+            started: float | None = None) -> int:
     con = analysis.open_results(results_dir, [run_id])
-    log(f"\nrun {run_id}: {status}{' - ' + reason if reason else ''}")
+    log(f"run {run_id}: {status}{' - ' + reason if reason else ''}")
     answer.write_summary(con, results_dir, run_id, status)
     log(answer.answer_text(con, results_dir, run_id))   # the answer first, then what the job adds
     for query in queries:
         log(f"\n{query}:\n" + analysis.render(analysis.run_query(con, query), "table"))
-    log(f"results: {results_dir}")
+    summary = answer.summary_dir(results_dir, run_id).relative_to(results_dir)
+    wall = "" if started is None else f"; wall time {time.monotonic() - started:.1f} s"
+    log(f"results: {results_dir}  (summary.md, summary.json in {summary}{wall})")
     return 0 if status == "complete" else 1
 
 
@@ -105,19 +110,19 @@ def job_main(prog: str, doc: str, queries: tuple[str, ...], fleet: bool) -> None
                         f"under `ray job submit`: {JOB_RESULTS} on the driver's node)")
     parser.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     parser.add_argument("--slo", metavar="LINES", help="the SLO, over the file's [slo]: e.g. "
-                        "ttft_ms=2000,tpot_ms=100,attainment=0.9 (see README, Capacity at an SLO)")
+                        "ttft_ms=2000,tpot_ms=100,attainment=0.9 (docs/capacity-search.md)")
     parser.add_argument("--resume", metavar="RUN_ID", help="continue this stopped run with the same experiment: "
-                        "its finished steps are kept, the rest run (README: Resuming a run)")
+                        "its finished steps are kept, the rest run (docs/failures.md)")
     parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     args = parser.parse_args()
     started = time.monotonic()
     try:
-        code = run_capacity(args.config, args.results, args.ray_address, queries, fleet, args.slo, args.resume)
+        code = run_capacity(args.config, args.results, args.ray_address, queries, fleet, args.slo, args.resume,
+                            started)
     except LoadgenError as exc:
         print(f"error: {user_message(exc)}", file=sys.stderr, flush=True)
         sys.exit(2)
     except stop.Stopped as exc:   # SIGTERM from `ray job stop`, or Ctrl-C (loadgen.driver.stop)
         print(exc.message(resumable=True), file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)
-    log(f"wall time {time.monotonic() - started:.1f} s")
     sys.exit(code)

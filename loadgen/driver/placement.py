@@ -16,6 +16,7 @@ from loadgen.driver import stop
 from loadgen.emulator.args import build_parser as emulator_parser
 from loadgen.errors import LoadgenError
 from loadgen.servers import draftcheck
+from loadgen.values import counted
 
 RESOURCE_SLIVER = 0.01     # what each pinned actor takes of a node's custom resource (100 actors per node)
 
@@ -110,8 +111,8 @@ class FleetPlacement(LocalPlacement):
     def prepare(self, stages: list[tuple[TargetConfig, ...]], log: Callable[[str], None]) -> None:
         """Resolve the nodes, then check every DFLASH profile's draft on its own node: all before any load."""
         self.node_ids = resolve_nodes(self.fleet, ray.nodes())
-        for name, node_id in self.node_ids.items():
-            log(f"fleet node {name}: Ray node {node_id[:12]} ({self.nodes[name].locator.describe()})")
+        log("fleet nodes: " + ", ".join(f"{name} = Ray node {node_id[:12]} ({self.nodes[name].locator.describe()})"
+                                        for name, node_id in self.node_ids.items()))
         checks = {}
         for stage in self.fleet.stages:
             for node_name, profile in stage.profiles.items():
@@ -120,10 +121,14 @@ class FleetPlacement(LocalPlacement):
                     task = _check_draft_on_node.options(num_cpus=0, **self._pin(node_name))
                     ref = task.remote(flags.get("speculative-draft-model-path"), flags)
                     checks[(stage.name, node_name)] = (profile, ref)
-        for (stage_name, node_name), (profile, ref) in checks.items():
-            report = stop.get(ref, timeout_s=60)
-            for line in report.lines():
-                log(f"check-draft [{stage_name} on {node_name}] {line}")
+        reports = {key: (profile, stop.get(ref, timeout_s=60)) for key, (profile, ref) in checks.items()}
+        said: dict[tuple[str, tuple[str, ...]], list[str]] = {}   # a report is said once for the nodes sharing it
+        for (stage_name, node_name), (_, report) in reports.items():
+            said.setdefault((stage_name, tuple(report.lines())), []).append(node_name)
+        for (stage_name, lines), nodes in said.items():
+            for line in lines:
+                log(f"check-draft [{stage_name} on {', '.join(nodes)}] {line}")
+        for (stage_name, node_name), (profile, report) in reports.items():
             expected = profile.expect_draft
             if report.problems or (expected and report.kind != expected):
                 why = ("; ".join(report.problems)
@@ -133,17 +138,21 @@ class FleetPlacement(LocalPlacement):
 
     def verify(self, targets: list[tuple[TargetConfig, list]], servers: dict[str, Any],
                log: Callable[[str], None]) -> None:
-        """Ask every placed actor where it runs: a worker or server off its node stops the run before load."""
+        """Ask every placed actor where it runs: a worker or server off its node stops the run before load.
+        Said in one line: the nodes the actors run on, with their Ray node ids."""
+        used: dict[str, str] = {}
         for target, workers in targets:
             where = ray.get([w.node_id.remote() for w in workers]
                             + ([servers[target.name].node_id.remote()] if target.name in servers else []))
-            expected = [self.node_ids[self._worker_node(target, i)] for i in range(len(workers))]
-            expected += [self.node_ids[target.node]] if target.name in servers else []
-            log(f"placed {target.name}: workers on {', '.join(where[:len(workers)])}"
-                + (f", server on {where[-1]}" if target.name in servers else ""))
-            if where != expected:
-                raise LoadgenError(f"target {target.name}: actors landed on Ray nodes {where}, expected {expected}; "
-                                   "the fleet's resources/labels do not single out one node each")
+            nodes = [self._worker_node(target, i) for i in range(len(workers))]
+            nodes += [target.node] if target.name in servers else []
+            if where != [self.node_ids[n] for n in nodes]:
+                raise LoadgenError(f"target {target.name}: actors landed on Ray nodes {where}, expected "
+                                   f"{[self.node_ids[n] for n in nodes]}; the fleet's resources/labels do not "
+                                   "single out one node each")
+            used.update(zip(nodes, where))
+        log(f"placed {counted(len(targets), 'target')}, every worker and server on its node: "
+            + ", ".join(f"{name} = Ray node {node_id[:12]}" for name, node_id in used.items()))
 
     def _pin(self, node_name: str) -> dict:
         return pin_options(self.nodes[node_name].locator, self.node_ids[node_name])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from secrets import token_hex
@@ -11,7 +12,7 @@ import ray
 from loadgen.driver import stop
 
 # Keep a single-machine Ray on loopback. Authentication is left at Ray's own default: a local cluster that
-# ray.init starts uses token auth (README: "Securing a fleet").
+# ray.init starts uses token auth (docs/fleets.md, "Securing a fleet").
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 # Call arguments up to this size travel inside the call instead of through the object store. A worker's flush
@@ -23,16 +24,18 @@ INLINE_ARGUMENT_BYTES = 4 << 20
 
 
 def connect(address: str | None = None) -> None:
-    """Join the cluster at `address` (or $RAY_ADDRESS, as `ray job submit` sets it); else start a local Ray."""
+    """Join the cluster at `address` (or $RAY_ADDRESS, as `ray job submit` sets it); else start a local Ray.
+    The driver's own Ray log says warnings and errors only: its INFO lines (`Started a local Ray instance`,
+    `Connecting to existing Ray cluster`) are not the run's output. What the actors print still comes through."""
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
     with stop.kept():   # a stop signal during ray.init is noted like any other; the run acts on it
         if address:
-            ray.init(address=address, log_to_driver=True)
+            ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
         else:
             _private_default_token()
-            ray.init(address="local", include_dashboard=False, log_to_driver=True,
+            ray.init(address="local", include_dashboard=False, log_to_driver=True, logging_level=logging.WARNING,
                      _system_config={"max_direct_call_object_size": INLINE_ARGUMENT_BYTES})
 
 

@@ -14,13 +14,12 @@ import os
 import platform
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -43,6 +42,7 @@ from loadgen.driver.plan import (
     make_plan,
     split_concurrency,
 )
+from loadgen.driver.progress import Console, StepProgress, grouped, step_label
 from loadgen.driver.resume import ResumeState, config_hash
 from loadgen.driver.window import Drain, close_windows, stop_workers, wait_for_drain, write_lost_rows
 from loadgen.errors import ConfigError, TargetError
@@ -88,12 +88,16 @@ class RunContext:
     run_id: str
     results: Path
     sink: Any                         # the ResultsSink actor
-    log: Callable[[str], None]
+    console: Console                  # the run's output: lines, and a step's live line on a terminal
     steps_run: int = 0
     sink_name: str = ""               # workers find the sink by this name (one per driver: a resume makes its own)
     resume: ResumeState | None = None  # what an earlier driver of this run left (--resume)
     dropped: dict[str, str] = field(default_factory=dict)   # target -> why its server is gone for the rest
     deaths: dict[str, int] = field(default_factory=dict)    # target -> times its server died in this run
+
+    @property
+    def log(self) -> Callable[[str], None]:
+        return self.console.line
 
     @property
     def log_dir(self) -> Path:
@@ -128,13 +132,14 @@ class _Target:
 
 @stop.handling()   # SIGINT/SIGTERM stop the run cleanly (loadgen.driver.stop), also when called as a library
 def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None] = print,
-                   resume: ResumeState | None = None, report: Callable[[RunResult], None] | None = None
-                   ) -> RunResult:
+                   resume: ResumeState | None = None, report: Callable[[RunResult], None] | None = None,
+                   terminal: TextIO | None = None) -> RunResult:
     """Run every step of `exp`, writing results under `results_dir`; returns how the run ended. `resume`
     (loadgen.driver.resume.load_resume): append to that run, keeping its finished steps and running the rest.
     `report`: what the caller prints and writes once the steps are done (the answer, the summary); part of the
     run, so the run row is written after it, and a stop signal during it leaves the run incomplete. A stop
-    signal raises stop.Stopped once the run is recorded as stopped."""
+    signal raises stop.Stopped once the run is recorded as stopped. `terminal`: the terminal `log` prints to,
+    where each step gets a live line (None: `log` writes a log)."""
     stop.during("start-up")   # until the servers come up: the run's row, its sink
     if any(t.twin is not None for t in exp.targets):   # twins run in virtual time: loadgen.twin.predict
         raise ConfigError("targets", "a twin is predicted, not run on servers", "use `loadgen twin predict`")
@@ -146,7 +151,9 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
     # the sink runs on the driver's node: results are written where the job was started
     sink_name = f"loadgen-sink-{run_id}-{uuid.uuid4().hex[:6]}"
     sink = _actor(ResultsSink).options(name=sink_name, scheduling_strategy=here).remote(str(results), run_id)
-    ctx = RunContext(exp, run_id, results, sink, log, resume.next_step_id if resume else 0, sink_name, resume)
+    console = Console(log, terminal)
+    ctx = RunContext(exp, run_id, results, sink, console, resume.next_step_id if resume else 0, sink_name, resume)
+    log = console.line
     started = resume.started_at_ns if resume else now_ns()
     _write_run(ctx, started, None, "running", "")
     flush(sink)   # on disk before any load: a driver killed in its first step leaves a run that can be resumed
@@ -173,6 +180,7 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
         status, reason = "failed", f"{exc.__class__.__name__}: {exc}"
         raise
     finally:
+        console.close()
         _write_run(ctx, started, now_ns(), status, reason)
         flush(sink)   # a results folder that filled up or became unwritable ends the run here, in one line
     return RunResult(run_id, str(results), status, reason)
@@ -245,19 +253,17 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
                               "(its actor could not be placed, or the launch hung)") from None
         except ray.exceptions.RayTaskError as exc:
             raise exc.as_instanceof_cause() from None
-        log(f"server {name} up at {urls[name]}")
     n = exp.load.workers_per_target
     # One per stage, shard k * n + i for worker i of target k; made after preflight (prompts.input_tokens: each
     # target's prompts are built with its own fit)
     pool_name = f"loadgen-prompts-{ctx.run_id}-{uuid.uuid4().hex[:6]}"
     sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature)
-    bars = sys.stdout.isatty()   # live progress bars on a terminal; in a log (`ray job logs`, a file) lines
     targets = []
     for k, t in enumerate(stage_targets):
         # The prompts (a PromptPool) and the sink go by name: a worker can restart, and Ray logs an error for a
         # restartable actor with constructor arguments in the object store (a large value, a ray.put ref, a handle).
         workers = [_actor(LoadWorker).options(**placement.worker_options(t, i)).remote(
-                       f"{t.name}.w{i}", t, urls[t.name], (pool_name, k * n + i), sampling, ctx.sink_name, bars)
+                       f"{t.name}.w{i}", t, urls[t.name], (pool_name, k * n + i), sampling, ctx.sink_name)
                    for i in range(n)]
         targets.append(_Target(t, exp.targets.index(t), urls[t.name], workers, {}, [],
                                launched.get(t.name)))
@@ -266,7 +272,8 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
     for target, (info, options) in zip(targets, preflights):
         ray.get([w.configure.remote(options) for w in target.workers[1:]])
         target.info = info
-        log(f"target {target.config.name}: {_describe(info)}")
+    for line in grouped("target", [(f"{t.config.name} ({t.url})", _describe(t.info)) for t in targets]):
+        log(line)
     samplers = telemetry.start_samplers([(t.config, t.url, t.info, t.server) for t in targets], placement, log)
     for target, sampler in zip(targets, samplers):
         target.gpu = sampler
@@ -288,7 +295,9 @@ def _bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placemen
     for target, model in zip(targets, models):
         if model is not None:
             target.input_fit = model.to_json()
-            log(f"target {target.config.name}: input tokens by {describe(model)}")
+    for line in grouped("target", [(t.config.name, f"input tokens by {describe(m)}")
+                                   for t, m in zip(targets, models) if m is not None]):
+        log(line)
     stop.check()
     return targets
 
@@ -362,12 +371,11 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
         [] if times.adaptive else [(times.measure_end, f"the drain of {what}")]))
     sink_incarnation = ray.get(ctx.sink.incarnation.remote())
     started = _start_workers(ctx, step, targets, times)
-    name = f"[step {step.step_id + 1}" + (f"/{total_steps}]" if total_steps is not None else "]")
-    _log_start(ctx, step, times, name)
+    progress = _step_progress(ctx, step, targets, times, total_steps)
     interrupted: stop.Stopped | None = None
     ends = [times.measure_end] * len(targets)    # each target's window end
     try:
-        drain, ends = _wait_out(ctx, step, targets, started, times, what)
+        drain, ends = _wait_out(ctx, step, targets, started, times, what, progress)
     except stop.Stopped as exc:   # Ctrl-C or SIGTERM: cut and write what the workers hold, then stop the run
         interrupted, drain = exc, Drain(False, {})
     stop.during(f"the end of {what}")
@@ -387,7 +395,7 @@ def _run_step(ctx: RunContext, step: PlannedStep, all_targets: list[_Target], to
     reason = "; ".join(reasons)
     if step.loads[0].probe:   # a search judges the step next: named before the line that says it is done
         stop.during("the judge")
-    _log_done(ctx, name, counts, lost, interrupted, reason, (t_end - times.start) / 1e9)
+    progress.end(_outcome(counts, lost, interrupted, reason, (t_end - times.start) / 1e9))
     load = ctx.exp.load
     if interrupted:
         raise interrupted
@@ -442,18 +450,24 @@ def _start_workers(ctx: RunContext, step: PlannedStep, targets: list[_Target], t
     return started
 
 
-def _log_start(ctx: RunContext, step: PlannedStep, times: _Times, name: str) -> None:
+def _step_progress(ctx: RunContext, step: PlannedStep, targets: list[_Target], times: _Times,
+                   total_steps: int | None) -> StepProgress:
+    """The step's voice (loadgen.driver.progress), begun with its first line."""
     load = ctx.exp.load
+    name = f"[step {step.step_id + 1}" + (f"/{total_steps}]" if total_steps is not None else "]")
     window = f"{load.requests} requests per target" if times.counted else (
         f"warm-up {(times.measure_start - times.start) / 1e9:g} s, measure {times.measure_s:g} s")
     window += f" after {load.warmup_requests} warm-up requests" if load.warmup_requests and times.counted else ""
     window += f" ({load.ramp.describe()})" if load.ramp else ""
-    repeat = "" if step.loads[0].probe else f" repeat {step.repeat}"   # a search's probe says which run it is
-    ctx.log(f"{name} {_describe_loads(step.loads)}{repeat}: {window}")
+    repeat = None if step.loads[0].probe else step.repeat   # a search's probe says which run it is
+    progress = StepProgress(ctx.console, name, step_label(name, step.loads, repeat),
+                            [t.config.name for t in targets], times.start)
+    progress.begin(window)
+    return progress
 
 
 def _wait_out(ctx: RunContext, step: PlannedStep, targets: list[_Target], started: _Started, times: _Times,
-              what: str) -> tuple[Drain, list[int]]:
+              what: str, progress: StepProgress) -> tuple[Drain, list[int]]:
     """Wait through the window and the drain; returns how the drain ended and each target's window end."""
     load = ctx.exp.load
     ends = [times.measure_end] * len(targets)
@@ -461,15 +475,16 @@ def _wait_out(ctx: RunContext, step: PlannedStep, targets: list[_Target], starte
         # each request is bounded by its own timeouts, so the step is too: no step deadline cuts it early
         assert load.requests is not None
         bound_s = load.requests * (load.request_timeout_s + 1) + 10
-        return wait_for_drain(started.active, times.start, now_ns() + int(bound_s * 1e9), load, counted=True), ends
+        return wait_for_drain(started.active, times.start, now_ns() + int(bound_s * 1e9), load, True,
+                              progress), ends
     if times.adaptive:
         needs = [load.min_measured or max(level.concurrency, step.min_measured or 0) for level in step.loads]
         max_s = step.max_measure_s or load.max_measure_s or 5 * load.measure_s
         ends = close_windows(started.by_target, [t.config.name for t in targets], times.measure_end,
-                             times.measure_s, max_s, needs, ctx.log)
+                             times.measure_s, max_s, needs, progress)
         stop.during(f"the drain of {what}")
     t_me = max(ends)
-    return wait_for_drain(started.active, t_me, t_me + int(load.drain_timeout_s * 1e9), load), ends
+    return wait_for_drain(started.active, t_me, t_me + int(load.drain_timeout_s * 1e9), load, progress=progress), ends
 
 
 def _step_reasons(ctx: RunContext, started: _Started, drain: Drain, lost: list[int],
@@ -509,8 +524,9 @@ def _write_step_rows(ctx: RunContext, step: PlannedStep, targets: list[_Target],
     ray.get(ctx.sink.flush.remote())
 
 
-def _log_done(ctx: RunContext, name: str, counts: list[dict], lost: list[int], interrupted: stop.Stopped | None,
-              reason: str, seconds: float) -> None:
+def _outcome(counts: list[dict], lost: list[int], interrupted: stop.Stopped | None, reason: str, seconds: float
+             ) -> str:
+    """`done in 18.3 s: 8 cut at step end (drain), 22 ok`, with why the step is incomplete."""
     total: dict[str, int] = {"lost": sum(lost)} if any(lost) else {}
     for c in counts:
         for k, v in c.items():
@@ -518,7 +534,7 @@ def _log_done(ctx: RunContext, name: str, counts: list[dict], lost: list[int], i
     # `cancelled` requests are the ones cut when the step ended (the drain's by design): not failures
     words = {"cancelled": "cut at the stop" if interrupted else "cut at step end (drain)"}
     done = ", ".join(f"{v} {words.get(k, k)}" for k, v in sorted(total.items()))
-    ctx.log(f"{name} done in {seconds:.1f} s: {done}" + (f" ({reason})" if reason else ""))
+    return f"done in {seconds:.1f} s: {done}" + (f" ({reason})" if reason else "")
 
 
 def _reasons_for(reasons: list[str], target: str) -> list[str]:
@@ -597,15 +613,6 @@ def _after_server_deaths(ctx: RunContext, step_id: int, targets: list[_Target], 
     return [d for _, d in found]
 
 
-def _describe_loads(loads: tuple[TargetLoad, ...]) -> str:
-    """`C=8 targets a,b`, or each target's own level when they differ (a search), with why it was chosen."""
-    if len({(load.level, load.probe) for load in loads}) == 1:
-        why = f" ({loads[0].probe})" if loads[0].probe else ""
-        return f"{loads[0].describe()}{why} targets {','.join(load.target for load in loads)}"
-    return "; ".join(f"{load.target} {load.describe()}" + (f" ({load.probe})" if load.probe else "")
-                     for load in loads)
-
-
 def _step_row(ctx: RunContext, step: PlannedStep, level: TargetLoad, t: _Target, times: tuple[int, int, int, int],
               status: str, reason: str) -> dict:
     exp, run_id = ctx.exp, ctx.run_id
@@ -653,7 +660,7 @@ def _write_run(ctx: RunContext, started: int, finished: int | None, status: str,
 
 def _git_commit() -> str | None:
     """The checkout's commit; under `ray job submit` (Ray uploads the working dir without .git) the one the
-    submitter passes as LOADGEN_GIT_COMMIT (README: Running against real servers)."""
+    submitter passes as LOADGEN_GIT_COMMIT (docs/fleets.md)."""
     if os.environ.get("LOADGEN_GIT_COMMIT"):
         return os.environ["LOADGEN_GIT_COMMIT"]
     try:

@@ -22,6 +22,7 @@ import ray
 
 from loadgen.config import TargetConfig
 from loadgen.driver.placement import LocalPlacement
+from loadgen.driver.progress import grouped
 from loadgen.results import schema
 from loadgen.servers.telemetry.sampler import GpuSampler
 from loadgen.servers.telemetry.source import TelemetrySource, visible_devices
@@ -70,7 +71,7 @@ def choose_source(target: TargetConfig, url: str, info: dict, on_fleet_node: boo
 def start_samplers(targets: list[tuple[TargetConfig, str, dict, Any]], placement: LocalPlacement,
                    log: Callable[[str], None]) -> list[Sampler]:
     """One sampler per (target, url, server info, server actor or None), each placed where its server runs; a
-    line per target saying what is read, or why nothing is."""
+    line saying what is read, or why nothing is, once for the targets it holds for (a fleet's: one line)."""
     chosen = []
     for target, url, info, server in targets:
         fleet = placement.on_fleet_node(target)
@@ -80,18 +81,20 @@ def start_samplers(targets: list[tuple[TargetConfig, str, dict, Any]], placement
         if isinstance(source, TelemetrySource):
             actor = _actor(GpuSampler).options(**placement.sampler_options(target, server)).remote(source)
         chosen.append((target, source, actor, actor.start.remote() if actor is not None else None))
-    samplers = []
+    samplers, said = [], []
     for target, source, actor, started in chosen:
         found: dict = ray.get(started, timeout=60) if started is not None else {"unavailable": source}
         if "unavailable" in found:
             if actor is not None:
                 ray.kill(actor)
                 actor = None
-            log(f"target {target.name}: no GPU telemetry: {found['unavailable']}")
+            said.append((target.name, f"no GPU telemetry: {found['unavailable']}"))
         else:
             names = ", ".join(sorted({g["name"] or "?" for g in found["gpus"]}))
-            log(f"target {target.name}: GPU telemetry from {found['source']} on {found['host']} ({names})")
+            said.append((f"{target.name} on {found['host']}", f"GPU telemetry from {found['source']} ({names})"))
         samplers.append(Sampler(actor, json.dumps(found, sort_keys=True)))
+    for line in grouped("target", said):
+        log(line)
     return samplers
 
 

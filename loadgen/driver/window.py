@@ -7,7 +7,6 @@ Both waits end with stop.Stopped within a poll of a stop signal (loadgen.driver.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,7 @@ from loadgen.client.messages import NOT_FAILED, WorkerProgress
 from loadgen.clock import now_ns
 from loadgen.config import LoadConfig
 from loadgen.driver import stop
+from loadgen.driver.progress import Extension, StepProgress
 from loadgen.results import schema
 
 POLL_S = 0.2
@@ -33,16 +33,20 @@ class Drain:
 
 
 def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_s: float, max_measure_s: float,
-                   needs: list[int], log: Callable[[str], None]) -> list[int]:
+                   needs: list[int], progress: StepProgress | None = None) -> list[int]:
     """End each target's closed-loop window once it is `measure_s` long and `needs[g]` requests (default: C;
     a search asks for enough for a clear call) were sent inside it, or at `max_measure_s`: with requests longer
-    than the window, a fixed window could hold no measured request at all. Returns each target's window end."""
+    than the window, a fixed window could hold no measured request at all. Returns each target's window end;
+    `progress` is shown meanwhile and told of each window held open past `measure_s`."""
     t_ms = t_min_end - int(measure_s * 1e9)
     t_max_end = t_ms + int(max_measure_s * 1e9)
     ends: list[int | None] = [None] * len(groups)
+    every = [w for workers in groups for w in workers]
     while now_ns() < t_min_end:
         stop.sleep(min(POLL_S, max((t_min_end - now_ns()) / 1e9, 0.0)))
+        _show(progress, every)
     while None in ends:
+        _show(progress, every)
         for g, workers in enumerate(groups):
             if ends[g] is not None:
                 continue
@@ -52,12 +56,24 @@ def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_
                 ends[g] = t
                 for w in workers:
                     w.close_window.remote(t)
-                if t > t_min_end + POLL_S * 2e9:
-                    log(f"  {names[g]}: window extended to {(t - t_ms) / 1e9:.1f} s to hold {needs[g]} measured "
-                        "requests" + (" (max_measure_s reached)" if t >= t_max_end else ""))
+                if t > t_min_end + POLL_S * 2e9 and progress is not None:
+                    progress.extended(Extension(names[g], (t - t_ms) / 1e9, needs[g], t >= t_max_end))
         if None in ends:
             stop.sleep(POLL_S)
     return ends  # type: ignore[return-value]
+
+
+def _show(progress: StepProgress | None, workers: list) -> None:
+    """Poll the workers' progress for the display, only when it is due (a redraw, or a line in a log)."""
+    if progress is not None and progress.due():
+        progress.show(p for p in (_progress(w) for w in workers) if p is not None)
+
+
+def _progress(worker: Any) -> WorkerProgress | None:
+    try:
+        return ray.get(worker.progress.remote())
+    except ray.exceptions.RayActorError:
+        return None   # dead: the drain wait deals with it
 
 
 def _measure_sent(worker: Any) -> int:
@@ -68,12 +84,13 @@ def _measure_sent(worker: Any) -> int:
         return 0
 
 
-def wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load: LoadConfig, counted: bool = False
-                   ) -> Drain:
+def wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load: LoadConfig, counted: bool = False,
+                   progress: StepProgress | None = None) -> Drain:
     """Sleep through the window, then poll until no measured request is open (drained) or the deadline.
     A fixed-count step is over when every worker has sent its quota and nothing is in flight. Every poll
-    keeps each worker's last progress (its unsettled requests, should it die) and checks the error budget;
-    a worker that stops answering is dead for the rest of the step (on_worker_death = "stop" ends it)."""
+    keeps each worker's last progress (its unsettled requests, should it die), checks the error budget and
+    hands the progress to `progress`; a worker that stops answering is dead for the rest of the step
+    (on_worker_death = "stop" ends it)."""
     last: dict[int, WorkerProgress] = {}
     dead: dict[int, tuple[WorkerProgress | None, str]] = {}
     while True:
@@ -85,6 +102,8 @@ def wait_for_drain(workers: list, t_measure_end: int, t_deadline: int, load: Loa
             except ray.exceptions.RayActorError as exc:
                 dead[i] = (last.get(i), exc.__class__.__name__)
         live = [last[i] for i in last if i not in dead]
+        if progress is not None:
+            progress.show(live)
         budget = _over_budget(load.error_budget, [*live, *(p for p, _ in dead.values() if p)])
         if budget or (dead and load.on_worker_death == "stop") or not live:
             return Drain(False, dead, budget, last)

@@ -211,9 +211,8 @@ def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -
     for c in found:
         lines += ["", f"{c.other} vs {c.baseline} (n = measured requests, {c.baseline}/{c.other}; acc = acceptance "
                       "length; change = tok/s vs the baseline):", table(c)]
-    lines += ["", f"full tables: loadgen query compare_algorithms --results {results_dir} --run {run_id}",
-              f"             loadgen query latency_by_concurrency --results {results_dir} --run {run_id}",
-              f"summary: {summary_dir(results_dir, run_id)}/summary.md (and summary.json)"]
+    lines += ["", f"full tables: loadgen query compare_algorithms --results {results_dir} --run {run_id} "
+                  "(latency_by_concurrency and the rest: loadgen query --list)"]
     return "\n".join(lines)
 
 
