@@ -108,13 +108,20 @@ def test_a_step_that_raised_leaves_its_live_line_and_what_follows_on_a_line_of_i
     assert error == "error: results folder cannot be written"
 
 
-def test_a_line_that_does_not_fit_is_cut_to_the_terminal():
-    term = io.StringIO()
-    clock = Clock()
-    step = StepProgress(Console(lambda text: term.write(text + "\n"), term, width=60), "[step 1]",
-                        "[step 1] C=4 targets a,b", ["a", "b"], 0, clock)
-    run_step(step, clock, ["a", "b"], 2.0)
-    assert all(len(line) <= 60 for line in screen(term.getvalue()))
+def test_a_narrow_terminal_keeps_the_targets_side_by_side_before_the_label_then_sums_them():
+    shown = {}
+    for width in (130, 100, 60):
+        term = io.StringIO()
+        clock = Clock()
+        step = StepProgress(Console(lambda text, out=term: out.write(text + "\n"), term, width=width), "[step 1/6]",
+                            "[step 1/6] C=4 targets mtp,dflash2 repeat 0", ["mtp", "dflash2"], 0, clock)
+        run_step(step, clock, ["mtp", "dflash2"], 2.0)
+        [shown[width]] = screen(term.getvalue())
+        assert len(shown[width]) <= width
+    assert shown[130] == ("[step 1/6] C=4 targets mtp,dflash2 repeat 0: 2 s: mtp 2 done, 8 in flight, 20 tok/s | "
+                          "dflash2 2 done, 8 in flight, 20 tok/s")
+    assert shown[100] == "[step 1/6] 2 s: mtp 2 done, 8 in flight, 20 tok/s | dflash2 2 done, 8 in flight, 20 tok/s"
+    assert shown[60].startswith("[step 1/6] 2 s: 2 targets 4 done, 16 in flight, 40 tok/s")
 
 
 def test_a_fleet_of_20_targets_takes_as_many_lines_as_one_target():

@@ -193,9 +193,11 @@ class StepProgress:
         now = self.clock()
         self.next_ns = now + self.period_ns
         seconds = max(now - self.t_start_ns, 0) / 1e9
-        if self.live:
-            head = f"{self.label}: "
-            self.console.live(head + progress_text(seconds, self._tallies(), self.console.width - len(head)))
+        if self.live:   # the label, or only the step's number when the targets would not fit beside it
+            found, width = self._tallies(), self.console.width
+            side_by_side = progress_text(seconds, found, 10**6)
+            head = f"{self.label}: " if len(self.label) + 2 + len(side_by_side) <= width else f"{self.name} "
+            self.console.live(head + progress_text(seconds, found, width - len(head)))
         else:
             self.console.line("  " + progress_text(seconds, self._tallies(), self.console.width - 2))
 
