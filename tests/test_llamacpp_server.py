@@ -98,7 +98,7 @@ def test_auto_names_llama_cpp_and_records_it_in_steps(llama_run):
 def test_the_start_up_line_says_what_the_server_does(llama_run):
     """/props says speculative.types none; the probe request's timings show drafts: the algorithm is DRAFT, and the
     line puts the evidence first, what the server says after it."""
-    from loadgen.driver.runner import _describe
+    from loadgen.driver.bringup import describe_server
     for con, _, _ in llama_run.values():
         [(algorithm, info)] = con.execute("SELECT algorithm, any_value(server_info) FROM steps GROUP BY ALL").fetchall()
         info = json.loads(info)
@@ -107,7 +107,7 @@ def test_the_start_up_line_says_what_the_server_does(llama_run):
         observed = info["speculative_observed"]
         assert observed["accepted"] == observed["completion_tokens"] - 1 - observed["verify_passes"] >= 0
         assert observed["counters"]["llamacpp:tokens_predicted_total"] == observed["completion_tokens"]
-        line = _describe(info)
+        line = describe_server(info)
         assert "DRAFT: drafts: a 16-token probe request took" in line, line
         assert line.index("drafts:") < line.index('server says {"metrics"'), line
 

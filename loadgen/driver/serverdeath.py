@@ -46,7 +46,7 @@ class Death:
 
 def check_server(target: Any, load: LoadConfig) -> tuple[dict | None, Death | None]:
     """(server info, None) for a healthy server; (None, Death) for one that exited, hung or stopped answering.
-    `target` is runner._Target."""
+    `target` is bringup.Target."""
     name = target.config.name
     code, tail = None, ""
     if target.server is not None:

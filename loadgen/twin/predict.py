@@ -39,7 +39,7 @@ from loadgen.twin.whatif import load_target
 
 MIN_REQUESTS = 200      # a predicted level measures at least this many requests, and 16 per unit of concurrency:
 PER_STREAM = 16         # TTFT is a mix of one-prefill and queued waits, whose median jumps on small samples
-PROMPT_POOL = 4096      # as the runner's
+PROMPT_POOL = 4096      # as driver/bringup.py's
 STEP_GAP_NS = 1_000_000_000   # virtual time between a predicted step's end and the next one's start
 
 
