@@ -6,6 +6,10 @@ says stop, so the load stays at C through the drain while the measured requests 
 cap, through the drain too; the measured requests are those planned inside the window. Rows go to the sink
 as Arrow batches ten times a second (loadgen.client.shipping); a watchdog cuts stalled streams; a sampler records the
 worker's own event-loop lag, CPU and in-flight count (`client_samples`), the proof that the client kept up.
+
+The worker is one Ray actor in three parts: its control calls to the server (preflight, calibration, the
+cache flush: client/preflight.py), a step's background tasks (watchdog, sampler: client/watch.py), and here the
+step itself: its slots or arrivals, each request, the window's end, progress, the stop.
 """
 
 from __future__ import annotations
@@ -13,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import os
-import re
 from collections.abc import Iterator
 from functools import partial
 from typing import cast
@@ -24,25 +26,22 @@ import aiohttp
 import psutil
 import ray
 
-from loadgen.client import arrivals, calibrate, drafting, ramps, sessions
-from loadgen.client.http_stream import Endpoint, ReadLoop, StreamExchange, stream_request
+from loadgen.client import arrivals, ramps, sessions
+from loadgen.client.http_stream import Endpoint, ReadLoop, stream_request
 from loadgen.client.messages import StepSpec, WorkerProgress
+from loadgen.client.preflight import read_api_key
 from loadgen.client.protocol import adapter_for
 from loadgen.client.protocol.base import Adapter, SamplingSpec, StreamState
-from loadgen.client.protocol.openai import OpenAIOptions
 from loadgen.client.shipping import RowShipper, move_to_drain
+from loadgen.client.watch import StepWatch
 from loadgen.clock import now_ns
 from loadgen.config import TargetConfig
-from loadgen.errors import LoadgenError, TargetError
+from loadgen.errors import LoadgenError
 from loadgen.prompts import Prompt
-from loadgen.servers import probe, serverid
 
-SAMPLE_PERIOD_S = 0.5
-WATCHDOG_PERIOD_S = 0.1
 WORKER_NICE = -10          # the worker's threads Ray starts at nice 15 (see _raise_priority)
 LOOP_RT_PRIORITY = 1       # SCHED_FIFO priority of the event-loop thread: the lowest, below every kernel thread
 CONNECT_BACKOFF_S = 0.1     # a slot's pause after a request that could not even connect
-DRAFT_PROBE_TIMEOUT_S = 60.0  # llama.cpp's drafting probe before any load (client/drafting.py)
 
 
 @ray.remote(num_cpus=0)
@@ -58,7 +57,7 @@ class PromptPool:
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=3)  # a crashed worker comes back for the next step
-class LoadWorker:
+class LoadWorker(StepWatch):
     def __init__(self, name: str, target: TargetConfig, url: str, prompts: tuple[str, int], sampling: SamplingSpec,
                  sink: str) -> None:
         """`url`: the target's server (its own, or the one loadgen launched for it).
@@ -70,18 +69,18 @@ class LoadWorker:
         self.target = target
         self.url = url
         self.prompt_source = prompts
-        self.prompts: list[Prompt] = []
+        self.prompts = []
         self.sampling = sampling
-        self.api_key, self.key_problem = _read_api_key(target)
+        self.api_key, self.key_problem = read_api_key(target)
         # flavor "auto": the adapter is chosen by preflight/configure, from the server's identity
-        self.flavor: str | None = None if target.flavor == "auto" else target.flavor
+        self.flavor = None if target.flavor == "auto" else target.flavor
         self.adapter = adapter_for(target.flavor) if self.flavor else None
-        self.options: OpenAIOptions | None = None  # openai-*: set by preflight/configure before any load
-        self.identity: dict | None = None  # loadgen.servers.serverid's answer (first worker of a target: preflight)
+        self.options = None  # openai-*: set by preflight/configure before any load
+        self.identity = None  # loadgen.servers.serverid's answer (first worker of a target: preflight)
         self.early_stop: str | None = None  # a server that ignores ignore_eos: its first such request, in words
         self.endpoint = Endpoint(url, self.api_key)
         self.shipper = RowShipper(ray.get_actor(sink).write.remote, name, target.name, target.node)
-        self.streams: dict[str, StreamExchange] = {}
+        self.streams = {}
         self.reads = ReadLoop()
         self.process = psutil.Process()
         gc.freeze()  # the prompt pool and Ray's state never become garbage: keep them out of every GC pass
@@ -99,106 +98,7 @@ class LoadWorker:
         self.sent = 0
         self.outcomes: dict[str, int] = {}
         self.tokens = 0
-        self.session: aiohttp.ClientSession | None = None
-
-    # control calls (run where the server is reachable)
-    async def _session(self) -> aiohttp.ClientSession:
-        if self.session is None:
-            self.session = aiohttp.ClientSession()
-        return self.session
-
-    async def server_info(self) -> dict:
-        """SGLang's /get_server_info; for openai-* flavours whatever the server says (algorithm UNKNOWN when it
-        is not SGLang), so steps rows carry the algorithm and draft tokens whenever they can be known."""
-        session, url = await self._session(), self.url
-        ident = self.identity or {}
-        if self.flavor == "sglang" or ident.get("server") == serverid.SGLANG:
-            return dict(await probe.server_info(session, url, self.api_key), **ident)
-        if ident:  # another server: what preflight learnt (its routes are not asked again)
-            return dict(ident)
-        info = await probe.sglang_server_info(session, url, self.api_key)
-        return info if info is not None else {"speculative_algorithm": "UNKNOWN", "version": "unknown"}
-
-    async def _counters(self) -> dict[str, float]:
-        """The server's unlabelled /metrics series now (empty where /metrics does not answer)."""
-        if (self.identity or {}).get("routes", {}).get("/metrics", 200) != 200:
-            return {}
-        samples = await probe.metrics_samples(await self._session(), self.url, self.api_key)
-        return {name: value for name, value, labels in samples if not labels}
-
-    async def preflight(self) -> tuple[dict, OpenAIOptions | None]:
-        """Before any load: the server info, and for openai-* flavours the resolved request options (GET
-        /v1/models must answer an OpenAI list; the model defaults to its first id). TargetError otherwise,
-        with the control session closed (the run ends there, and an open one is reported as leaked)."""
-        try:
-            return await self._preflight()
-        except TargetError:
-            await self.close()
-            raise
-
-    async def _preflight(self) -> tuple[dict, OpenAIOptions | None]:
-        if self.key_problem:
-            raise TargetError(f"target {self.target.name}: {self.key_problem}")
-        t = self.target
-        ident = await serverid.identify(await self._session(), self.url, self.api_key)
-        self.flavor = t.flavor if t.flavor != "auto" else ident.flavor
-        self.identity = identity_info(ident, self.flavor)
-        if self.flavor == "sglang":
-            self.adapter = adapter_for("sglang")
-            return await self.server_info(), None
-        models = await probe.openai_models(await self._session(), self.url, self.api_key)
-        if t.model is not None and t.model not in models:
-            raise TargetError(f"target {t.name}: model {t.model!r} is not served by {self.url} (it serves "
-                              f"{', '.join(models)}); fix the target's `model` or leave it out")
-        info = await self.server_info()
-        sglang = ident.name == serverid.SGLANG
-        spec = t.spec_details if t.spec_details is not None else sglang and _version(info["version"]) >= (0, 5, 23)
-        options = OpenAIOptions(t.model or models[0], t.continuous_usage, bool(spec), sglang=sglang,
-                                server=ident.name, flavor=self.flavor,
-                                cache_prompt=ident.name != serverid.LLAMACPP,  # no prefix reuse (docs/real-servers.md)
-                                cache_salt=ident.name == serverid.VLLM)
-        self.configure(options)
-        if ident.name == serverid.LLAMACPP and self.adapter is not None:   # what it does over what it says
-            observed = await drafting.observe(self.endpoint, self.adapter, self.reads, DRAFT_PROBE_TIMEOUT_S,
-                                              self._counters)
-            info = self.identity = drafting.with_observed(info, observed)
-        return info, options
-
-    def configure(self, options: OpenAIOptions | None) -> None:
-        """Use the preflight's request options (every worker of a target gets the first one's)."""
-        if options is not None:
-            self.options = options
-            self.flavor = options.flavor or self.target.flavor
-            self.adapter = adapter_for(self.flavor, options)
-        elif self.flavor is None:  # `auto` that preflight resolved to SGLang's native API
-            self.flavor = "sglang"
-            self.adapter = adapter_for("sglang")
-
-    async def calibrate(self, prompts: list[Prompt], timeout_s: float) -> list[tuple[int | None, str | None]]:
-        """The server's own prompt token count for each prompt (one-token requests, after preflight): the data of
-        the target's input-length fit (loadgen.client.calibrate)."""
-        assert self.adapter is not None   # chosen by preflight
-        return await calibrate.server_counts(self.endpoint, self.adapter, self.reads, prompts, timeout_s)
-
-    async def fetch_prompts(self) -> None:
-        """Fetch this worker's prompt shard. Done before the first step: fetched at a step's start, a shard took
-        up to 2 s on a loaded machine, and the step's first arrivals (a trace's first rows) were sent that late."""
-        pool, shard = self.prompt_source
-        self.prompts = await ray.get_actor(pool).shard.remote(shard)
-
-    async def flush_cache(self) -> None:
-        if self.options is not None and not self.options.sglang:
-            return  # an OpenAI server other than SGLang has no /flush_cache
-        await probe.flush_cache(await self._session(), self.url, self.api_key)
-
-    async def close(self) -> None:
-        """Release the control-call connection pool (end of run)."""
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
-
-    def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
+        self.session = None
 
     # the step
     async def start_step(self, step: StepSpec) -> None:
@@ -394,99 +294,6 @@ class LoadWorker:
         await self.shipper.end_step()
         self.step = None
         return dict(self.outcomes)
-
-    # background tasks of a step
-    async def _watchdog(self, step: StepSpec) -> None:
-        stall_ns, total_ns = int(step.stall_timeout_s * 1e9), int(step.request_timeout_s * 1e9)
-        while True:
-            await asyncio.sleep(WATCHDOG_PERIOD_S)
-            t = now_ns()
-            for protocol in list(self.streams.values()):
-                if t - protocol.t_last_read > stall_ns:
-                    protocol.cut("timeout", f"no data for {step.stall_timeout_s:g} s (stall timeout)")
-                elif t - protocol.state.t_scheduled_ns > total_ns:
-                    protocol.cut("timeout", f"request took over {step.request_timeout_s:g} s (request timeout)")
-
-    async def _sampler(self, step: StepSpec) -> None:
-        rows: dict[str, list] = {k: [] for k in ("t_ns", "loop_lag_ms", "read_delay_max_ms", "cpu_percent",
-                                                        "in_flight")}
-        self.process.cpu_percent(None)
-        session = await self._session() if step.sample_server else None
-        server_rows: list[dict] = await self._server_rows(session, step) if session is not None else []  # at start
-        tick = 0
-        while True:
-            t0 = now_ns()
-            await asyncio.sleep(SAMPLE_PERIOD_S)
-            t1 = now_ns()
-            rows["t_ns"].append(t1)
-            rows["loop_lag_ms"].append(max((t1 - t0) / 1e6 - SAMPLE_PERIOD_S * 1e3, 0.0))
-            rows["read_delay_max_ms"].append(self.reads.take())
-            rows["cpu_percent"].append(self.process.cpu_percent(None))
-            rows["in_flight"].append(len(self.streams))
-            tick += 1
-            if session is not None and tick % 2 == 0:
-                server_rows += await self._server_rows(session, step)
-            if tick % 4 == 0:
-                self.shipper.write_samples(rows, server_rows)
-                rows = {k: [] for k in rows}
-                server_rows = []
-
-    async def _server_rows(self, session: aiohttp.ClientSession, step: StepSpec) -> list[dict]:
-        t = now_ns()
-        ident = self.identity or {}
-        routes = ident.get("routes") or {}
-        # Routes that preflight found missing are not polled (a 404 every second fills the server's log).
-        samples = (await probe.metrics_samples(session, self.url, self.api_key)
-                   if routes.get("/metrics", 200) == 200 else [])
-        if not ident or ident.get("server") == serverid.SGLANG:
-            try:  # the server's own running figures (acceptance, throughput) next to /metrics
-                info = await probe.server_info(session, self.url, self.api_key, within_s=1.0)
-                samples += [(n, v, dict(labels, when="during")) for n, v, labels in probe.server_info_samples(info)]
-            except LoadgenError:
-                pass  # a busy server that misses one sample is not a failure of the step
-        return [{"run_id": step.run_id, "step_id": step.step_of(t), "target": self.target.name,
-                 "node": self.target.node, "t_ns": t, "name": name, "value": value,
-                 "labels": json.dumps(labels, sort_keys=True)} for name, value, labels in samples]
-
-
-def identity_info(ident: serverid.ServerId, flavor: str) -> dict:
-    """The server's identity as steps.server_info keys: `server`, `server_version`, `model`, the resolved
-    `flavor`, what it says of its drafting, the routes probed; for a server other than SGLang also `version`
-    and `speculative_algorithm` (UNKNOWN unless it says)."""
-    info = {"server": ident.name, "server_version": ident.version, "model": ident.model, "flavor": flavor,
-            "server_speculative": ident.speculative, "routes": ident.routes}
-    if ident.name != serverid.SGLANG:
-        info.update(ident.limits)
-        types = ident.speculative.get("speculative.types")
-        info["version"] = ident.version or "unknown"
-        info["speculative_algorithm"] = (str(types).upper() if isinstance(types, str) and types
-                                         else "UNKNOWN")
-    return info
-
-
-def _read_api_key(target: TargetConfig) -> tuple[str | None, str | None]:
-    """(key, problem): from the environment or a file on this node; the problem is raised at preflight."""
-    if target.api_key_env:
-        key = os.environ.get(target.api_key_env)
-        return (key, None) if key else (None, f"api_key_env {target.api_key_env} is not set on this node")
-    if target.api_key_file:
-        try:
-            key = open(target.api_key_file, encoding="utf-8").read().strip()
-        except OSError as exc:
-            return None, f"api_key_file {target.api_key_file} cannot be read here ({exc.strerror})"
-        return (key, None) if key else (None, f"api_key_file {target.api_key_file} is empty")
-    return None, None
-
-
-def _version(text: str) -> tuple[int, ...]:
-    """'0.5.23' -> (0, 5, 23); unparsable parts count as 0 (a dev build compares as its release)."""
-    return tuple(_leading_int(p) for p in str(text).split(".")[:3])
-
-
-def _leading_int(part: str) -> int:
-    """The number a version part starts with; 0 when it starts with no digit."""
-    digits = re.match(r"\d*", part)   # always matches, maybe the empty string
-    return int(digits.group()) if digits and digits.group() else 0
 
 
 async def _sleep_until(t_ns: int) -> None:
