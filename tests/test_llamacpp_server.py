@@ -211,9 +211,10 @@ def test_throughput_and_ttft_against_the_servers_own_timings(llama_run):
             # wait for the server loop's next turn (seconds on this CPU) is in our TTFT only
             assert -1.0 <= d <= (0.05 * t["prompt_ms"] + 60 if concurrency == 1 else math.inf), (ttft_diff, theirs)
         e2e_by_prompt = sorted((r["p"], r["t_sent_ns"], r["e2e_ms"] - 1e3 * r["server_e2e_s"]) for r in ours)
-        for (_, _, e), d in zip(e2e_by_prompt, ttft_diff):
-            # all of the difference is before the first token (up to the few ms of generation-time difference)
-            assert -5.0 <= e - d <= 60, (e, d)
+        for (_, _, e), d, t in zip(e2e_by_prompt, ttft_diff, theirs):
+            # all of the difference is before the first token, up to the generation-time difference bounded below
+            # (the server's eval time can exceed our first-to-last token by a step on a loaded CPU: 7.9 ms seen)
+            assert -(0.02 * t["gen_ms"] + 20) <= e - d <= 60, (e, d)
         for d, t in zip(gen_diff, theirs):
             assert abs(d) <= 0.02 * t["gen_ms"] + 20, (gen_diff, theirs)
         line += (f"; per request TTFT - prompt eval time {min(ttft_diff):+.1f}..{max(ttft_diff):+.1f} ms "

@@ -197,9 +197,12 @@ def _assert_stopped(code: int, out: str, results: Path, sig: signal.Signals, cas
     pids = [int(pid) for log in results.glob("logs/run_id=*/*.log")
             for pid in re.findall(r"\[loadgen\] pid (\d+)", log.read_text(errors="replace"))]
     assert len(pids) == (case.target in LAUNCHED), out
-    for pid in pids:   # the server loadgen launched is gone (within seconds: it dies with its actor)
-        with pytest.raises(psutil.NoSuchProcess):
-            psutil.Process(pid).wait(10)
+    for pid in pids:   # the server loadgen launched is gone (it dies with its actor, which Ray reaps: seconds
+        try:               # here, over 10 s on a loaded machine); still there after a minute: TimeoutExpired
+            psutil.Process(pid).wait(60)
+        except psutil.NoSuchProcess:
+            pass
+        assert not psutil.pid_exists(pid), pid
     if case.cut:   # the step that was running: written, each request it sent cut and recorded, none missing
         [(status, reason)] = con.sql("SELECT status, status_reason FROM steps").fetchall()
         assert status == "incomplete" and f"run stopped ({why}); requests in flight were cut" in reason, reason

@@ -5,6 +5,7 @@ dead server means for the rest of the run."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import ray
 
@@ -61,12 +62,13 @@ def run_step(ctx: RunContext, step: PlannedStep, all_targets: list[Target], tota
         write_server_info_samples(ctx.sink, ctx.run_id, step.step_id, t, info, t_before, "before")
     gpus = [(t.config, t.gpu) for t in targets]
     telemetry.mark(gpus, ctx.sink, ctx.run_id, step.step_id, "step_start")
+    sink_incarnation = ray.get(ctx.sink.incarnation.remote())
+    orders = _orders(ctx, step, targets)   # all the work of planning the workers' shares, before the instant is set
     times = _plan_times(ctx.exp.load, step)
     # from here the clock says which part of the step runs; a closed-loop (adaptive) window's end is decided later
     stop.during(f"the warm-up of {what}", [(times.measure_start, f"the window of {what}")] + (
         [] if times.adaptive else [(times.measure_end, f"the drain of {what}")]))
-    sink_incarnation = ray.get(ctx.sink.incarnation.remote())
-    started = _start_workers(ctx, step, targets, times)
+    started = _start_workers(ctx, targets, orders, times)
     progress = _step_progress(ctx, step, targets, times, total_steps)
     interrupted: stop.Stopped | None = None
     ends = [times.measure_end] * len(targets)    # each target's window end
@@ -115,11 +117,22 @@ def _plan_times(load: LoadConfig, step: PlannedStep) -> _Times:
     return _Times(t_start, t_ms, t_me, measure_s, counted, adaptive)
 
 
-def _start_workers(ctx: RunContext, step: PlannedStep, targets: list[Target], times: _Times) -> _Started:
-    """Give every worker its share of each target's level (streams, or arrivals in open loop) and quota."""
+@dataclass(frozen=True)
+class _Order:
+    """One worker's orders for a step but its instants (set once every worker's orders are built)."""
+
+    target: int                       # the target's index in the step
+    index: int                        # the worker's index among its target's workers
+    worker: Any                       # the actor (a Ray handle)
+    share: int                        # its streams (closed loop) or its part of the arrivals (open loop)
+    spec: StepSpec
+
+
+def _orders(ctx: RunContext, step: PlannedStep, targets: list[Target]) -> list[_Order]:
+    """Every worker's share of each target's level (streams, or arrivals in open loop) and quota."""
     load = ctx.exp.load
-    started = _Started([], [[] for _ in targets], [])
-    for group, t, level in zip(started.by_target, targets, step.loads):
+    orders = []
+    for k, (t, level) in enumerate(zip(targets, step.loads)):
         shares = split_concurrency(level.concurrency, len(t.workers))
         quotas = (split_concurrency(load.requests, len(t.workers)) if load.requests is not None   # counted
                   else [None] * len(shares))
@@ -128,21 +141,36 @@ def _start_workers(ctx: RunContext, step: PlannedStep, targets: list[Target], ti
             if not share or quota == 0 and not warmup:
                 continue
             arrival = shapes.arrival(load, level, i, len(t.workers), share)
-            spec = StepSpec(ctx.run_id, step.step_id, share if arrival is None else None, times.start,
-                            times.measure_start, _FOREVER if times.adaptive else times.measure_end,
+            spec = StepSpec(ctx.run_id, step.step_id, share if arrival is None else None, 0, 0, 0,
                             load.stall_timeout_s, load.request_timeout_s, sample_server=worker is t.workers[0],
                             max_requests=None if quota is None else quota + warmup, arrivals=arrival,
                             stagger=i / len(t.workers), realtime_priority=load.realtime_priority,
-                            t_measure_min_end_ns=times.measure_end if times.adaptive else None,
-                            users=shapes.users(load, level, i, len(t.workers)),
-                            window_starts=shapes.window_starts(load, times.start), warmup_requests=warmup)
-            try:
-                ray.get(worker.start_step.remote(spec))
-                started.active.append(worker)
-                group.append(worker)
-            except ray.exceptions.RayActorError as exc:   # died in an earlier step, restarts used up
-                started.unavailable.append(f"worker {t.config.name}.w{i} unavailable "
-                                           f"({exc.__class__.__name__}): its {share} streams were not run")
+                            users=shapes.users(load, level, i, len(t.workers)), warmup_requests=warmup)
+            orders.append(_Order(k, i, worker, share, spec))
+    return orders
+
+
+def _start_workers(ctx: RunContext, targets: list[Target], orders: list[_Order], times: _Times) -> _Started:
+    """Send every worker its orders with the step's instants, all at once: the shared start is one round trip
+    away whatever the number of workers (one after another, a loaded machine had them start seconds late)."""
+    window_starts = shapes.window_starts(ctx.exp.load, times.start)
+
+    def timed(spec: StepSpec) -> StepSpec:
+        return replace(spec, t_start_ns=times.start, t_measure_start_ns=times.measure_start,
+                       t_measure_end_ns=_FOREVER if times.adaptive else times.measure_end,
+                       t_measure_min_end_ns=times.measure_end if times.adaptive else None,
+                       window_starts=window_starts)
+    calls = [(order, order.worker.start_step.remote(timed(order.spec))) for order in orders]
+    started = _Started([], [[] for _ in targets], [])
+    for order, call in calls:
+        try:
+            ray.get(call)
+            started.active.append(order.worker)
+            started.by_target[order.target].append(order.worker)
+        except ray.exceptions.RayActorError as exc:   # died in an earlier step, restarts used up
+            started.unavailable.append(
+                f"worker {targets[order.target].config.name}.w{order.index} unavailable "
+                f"({exc.__class__.__name__}): its {order.share} streams were not run")
     return started
 
 

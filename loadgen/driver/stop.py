@@ -60,9 +60,15 @@ _marks: Sequence[tuple[int, str]] = ()   # (t_ns, phase from then on): a step's 
 
 def install() -> bool:
     """Put our handlers on SIGTERM, and on SIGINT unless it has been ignored since the process started; a no-op
-    when they are in place or off the main thread (Python runs handlers there only). True if this call did it."""
+    when they are in place or off the main thread (Python runs handlers there only). True if this call did it.
+    In place but replaced since (a `ray.init` outside `kept`, e.g. a second run in one process): ours again."""
     global _received, _where
-    if _previous or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if _previous:
+        for sig in _previous:
+            if signal.getsignal(sig) is not _on_signal:
+                signal.signal(sig, _on_signal)
         return False
     _received, _where = None, ""
     during("start-up")
