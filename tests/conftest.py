@@ -49,6 +49,16 @@ def wait_until(condition: Callable[[], object], timeout_s: float = 60.0, what: s
         time.sleep(0.02)
 
 
+@pytest.fixture(autouse=True)
+def no_stop_carried_over() -> Iterator[None]:
+    """Each test starts with no stop handlers of an earlier one's and no stop noted: the entry points that tests
+    call in this process install the handlers for the whole process (a job's process runs one job), and a
+    SIGTERM one test sent itself stopped every run after it."""
+    from loadgen.driver import stop
+    yield
+    stop.uninstall()
+
+
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
     """A real local Ray, started once per session and stopped by ray.shutdown (only this cluster). Ray gives its

@@ -90,11 +90,19 @@ def handling() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, previous in _previous.items():
-            signal.signal(sig, previous)
-        _previous.clear()
-        signal.pthread_sigmask(signal.SIG_BLOCK, _blocked)
-        _blocked.clear()
+        uninstall()
+
+
+def uninstall() -> None:
+    """The handlers ours replaced back, the signals install() unblocked blocked again, no stop noted: the end of
+    `handling`, and between the runs of a process that runs many (the tests call the entry points in theirs)."""
+    global _received, _where
+    for sig, previous in _previous.items():
+        signal.signal(sig, previous)
+    _previous.clear()
+    signal.pthread_sigmask(signal.SIG_BLOCK, _blocked)
+    _blocked.clear()
+    _received, _where = None, ""
 
 
 @contextmanager
