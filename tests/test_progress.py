@@ -9,7 +9,7 @@ import re
 
 from loadgen.client.messages import WorkerProgress
 from loadgen.driver.plan import TargetLoad
-from loadgen.driver.progress import LOG_EVERY_S, REDRAW_S, Console, Extension, StepProgress, step_label
+from loadgen.driver.progress import LOG_EVERY_S, LOG_FIRST_S, REDRAW_S, Console, Extension, StepProgress, step_label
 
 S = 1_000_000_000
 
@@ -53,23 +53,35 @@ def run_step(progress: StepProgress, clock: Clock, targets: list[str], seconds: 
                        for t in targets for w in range(workers)])
 
 
-def test_a_log_gets_the_first_line_a_line_every_15_s_and_the_summary():
+def test_a_log_gets_the_first_line_a_line_every_15_s_from_30_s_and_the_summary():
     lines: list[str] = []
     clock = Clock()
     step = StepProgress(Console(lines.append), "[step 2/6]", "[step 2/6] C=8 targets mtp,dflash2 repeat 0",
                         ["mtp", "dflash2"], 0, clock)
     step.begin("warm-up 3 s, measure 10 s")
-    run_step(step, clock, ["mtp", "dflash2"], 40.0)
+    run_step(step, clock, ["mtp", "dflash2"], 70.0)
     step.extended(Extension("mtp", 10.9, 16, False))
-    step.end("done in 40.0 s: 8 cut at step end (drain), 80 ok")
+    step.end("done in 70.0 s: 8 cut at step end (drain), 140 ok")
     assert lines[0] == "[step 2/6] C=8 targets mtp,dflash2 repeat 0: warm-up 3 s, measure 10 s"
-    assert len(lines) == 2 + int(40 // LOG_EVERY_S)          # 15 s and 30 s: one line per 15 s at most
+    assert LOG_FIRST_S == 30 and LOG_EVERY_S == 15 and len(lines) == 5     # at 30, 45 and 60 s
     # two workers per target, each 1 request a second, 4 in flight, 10 tok/s: the target's sums side by side
-    assert lines[1] == "  15 s: mtp 30 done, 8 in flight, 20 tok/s | dflash2 30 done, 8 in flight, 20 tok/s"
-    assert lines[2].startswith("  30 s: mtp 60 done, 8 in flight, 20 tok/s | dflash2 60 done")
-    assert lines[-1] == ("[step 2/6] done in 40.0 s: 8 cut at step end (drain), 80 ok; window extended to hold 16 "
+    assert lines[1] == "  30 s: mtp 60 done, 8 in flight, 20 tok/s | dflash2 60 done, 8 in flight, 20 tok/s"
+    assert lines[2].startswith("  45 s: mtp 90 done, 8 in flight, 20 tok/s | dflash2 90 done")
+    assert lines[3].startswith("  60 s: mtp 120 done")
+    assert lines[-1] == ("[step 2/6] done in 70.0 s: 8 cut at step end (drain), 140 ok; window extended to hold 16 "
                          "measured requests: mtp 10.9 s")
     assert not any("\r" in line or "\x1b" in line for line in lines)
+
+
+def test_a_step_shorter_than_30_s_is_two_lines_in_a_log():
+    lines: list[str] = []
+    clock = Clock()
+    step = StepProgress(Console(lines.append), "[step 1/6]", "[step 1/6] C=1 targets a", ["a"], 0, clock)
+    step.begin("warm-up 3 s, measure 10 s")
+    run_step(step, clock, ["a"], LOG_FIRST_S - 1)
+    step.end("done in 29.0 s: 1 cut at step end (drain), 28 ok")
+    assert lines == ["[step 1/6] C=1 targets a: warm-up 3 s, measure 10 s",
+                     "[step 1/6] done in 29.0 s: 1 cut at step end (drain), 28 ok"]
 
 
 def test_a_terminal_gets_one_live_line_per_step_that_ends_as_its_summary():
@@ -139,10 +151,10 @@ def test_a_fleet_of_20_targets_takes_as_many_lines_as_one_target():
         for t in targets:
             step.extended(Extension(t, 10.5 + targets.index(t) / 10, 16, False))
         step.end("done in 40.0 s: 80 ok")
-    assert len(out["fleet"]) == len(out["one"]) == 4
+    assert len(out["fleet"]) == len(out["one"]) == 3
     assert all(len(line) <= 160 for line in out["fleet"])
     # too many to stand side by side: the sums, and the slowest and fastest target
-    assert out["fleet"][1] == ("  15 s: 20 targets 600 done, 160 in flight, 400 tok/s; slowest spark1.mtp 20, "
+    assert out["fleet"][1] == ("  30 s: 20 targets 1200 done, 160 in flight, 400 tok/s; slowest spark1.mtp 20, "
                                "fastest spark1.mtp 20 tok/s")
     assert out["fleet"][-1].endswith("window extended to hold 16 measured requests: 20 targets 10.5-12.4 s")
 

@@ -90,7 +90,7 @@ def test_energy_tokens_per_joule_and_the_ratio_to_the_baseline(tmp_path):
     assert (dflash["tok_per_j"], dflash["baseline_tok_per_j"], dflash["tok_per_j_ratio"]) == (1.5, 1.0, 1.5)
     assert dflash["tok_per_j_change_pct"] == 50.0
     con = analysis.open_results(tmp_path)
-    assert "dflash2 serves 1.50x the tokens per joule of mtp at C=1, 1.50x at C=8" in answer.answer_text(
+    assert "dflash2/mtp tokens per joule: C=1 1.50x, C=8 1.50x" in answer.answer_text(
         con, str(tmp_path), "r")
 
 

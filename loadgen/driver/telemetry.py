@@ -80,9 +80,9 @@ def start_samplers(targets: list[tuple[TargetConfig, str, dict, Any]], placement
         actor = None
         if isinstance(source, TelemetrySource):
             actor = _actor(GpuSampler).options(**placement.sampler_options(target, server)).remote(source)
-        chosen.append((target, source, actor, actor.start.remote() if actor is not None else None))
+        chosen.append((target, url, source, actor, actor.start.remote() if actor is not None else None))
     samplers, said = [], []
-    for target, source, actor, started in chosen:
+    for target, url, source, actor, started in chosen:
         found: dict = ray.get(started, timeout=60) if started is not None else {"unavailable": source}
         if "unavailable" in found:
             if actor is not None:
@@ -91,7 +91,10 @@ def start_samplers(targets: list[tuple[TargetConfig, str, dict, Any]], placement
             said.append((target.name, f"no GPU telemetry: {found['unavailable']}"))
         else:
             names = ", ".join(sorted({g["name"] or "?" for g in found["gpus"]}))
-            said.append((f"{target.name} on {found['host']}", f"GPU telemetry from {found['source']} ({names})"))
+            # the emulator's route is said once for all emulated targets (their URLs are in the lines above)
+            where = ("each emulator's modelled DCGM exporter" if source.url == f"{url}{EMULATOR_ROUTE}"
+                     else found["source"])
+            said.append((f"{target.name} on {found['host']}", f"GPU telemetry from {where} ({names})"))
         samplers.append(Sampler(actor, json.dumps(found, sort_keys=True)))
     for line in grouped("target", said):
         log(line)
