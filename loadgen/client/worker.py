@@ -250,6 +250,7 @@ class LoadWorker(StepWatch):
         self.measure_sent -= running + held
         self.measure_open -= running
 
+    @ray.method(enable_task_events=False)   # polled 5 times a second: see ResultsSink.write
     async def measure_sent_count(self, t_open_ns: int) -> int:
         """Requests sent inside the open window: the driver's poll while it decides the window's end (cheaper
         than `progress`, which also builds every unsettled row). The driver stamps `t_open_ns` before it asks
@@ -257,6 +258,7 @@ class LoadWorker(StepWatch):
         self.shipper.window_reaches(t_open_ns)
         return self.measure_sent
 
+    @ray.method(enable_task_events=False)   # polled 5 times a second: see ResultsSink.write
     async def progress(self) -> WorkerProgress:
         """What the driver needs to decide when the drain is over."""
         step = self.step
