@@ -93,8 +93,7 @@ def start_samplers(targets: list[tuple[TargetConfig, str, dict, Any]], placement
             names = ", ".join(sorted({g["name"] or "?" for g in found["gpus"]}))
             # the emulator's route is said once for all emulated targets (their URLs are in the lines above)
             emulated = isinstance(source, TelemetrySource) and source.url == f"{url}{EMULATOR_ROUTE}"
-            where = ("each emulator's modelled DCGM exporter" if emulated
-                     else found["source"])
+            where = "each emulator's modelled DCGM exporter" if emulated else found["source"]
             said.append((f"{target.name} on {found['host']}", f"GPU telemetry from {where} ({names})"))
         samplers.append(Sampler(actor, json.dumps(found, sort_keys=True)))
     for line in grouped("target", said):
