@@ -36,6 +36,7 @@ def _session_ray_token() -> None:
 
 _session_ray_token()
 
+from loadgen import clock  # noqa: E402,F401  (first: every Ray and server started here inherits its anchor)
 from loadgen.emulator.launch import EmulatorProcess  # noqa: E402
 from loadgen.servers.ports import free_port  # noqa: E402
 

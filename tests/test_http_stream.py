@@ -115,7 +115,7 @@ def run_while_the_loop_is_blocked(server: Server, blocked: threading.Event, sent
         blocked.set()
         assert sent.wait(30)
         time.sleep(0.05)
-        unblocked = time.time_ns()
+        unblocked = now_ns()
         return await task, unblocked
 
     return asyncio.run(main())
@@ -128,9 +128,9 @@ def test_a_read_is_dated_when_it_arrived_not_when_a_busy_client_got_to_it(frames
     def respond(conn: socket.socket, index: int) -> bool:
         conn.sendall(HEAD % b"")
         blocked.wait(5)
-        sent.append(time.time_ns())
+        sent.append(now_ns())
         conn.sendall(token_frame(1, False))
-        sent.append(time.time_ns())
+        sent.append(now_ns())
         done.set()
         time.sleep(0.15)  # after the client is back
         conn.sendall(token_frame(2, True) + END)
@@ -155,7 +155,7 @@ def test_a_finished_exchange_is_dated_when_its_last_bytes_arrived(frames):
 
     def respond(conn: socket.socket, index: int) -> bool:
         blocked.wait(5)
-        sent.append(time.time_ns())
+        sent.append(now_ns())
         conn.sendall(HEAD % b"" + token_frame(1, False) + token_frame(2, True) + END)
         done.set()
         return False

@@ -9,6 +9,7 @@ from secrets import token_hex
 
 import ray
 
+from loadgen import clock
 from loadgen.driver import stop
 
 # Keep a single-machine Ray on loopback. Authentication is left at Ray's own default: a local cluster that
@@ -32,7 +33,9 @@ def connect(address: str | None = None) -> None:
     address = address or os.environ.get("RAY_ADDRESS")
     with stop.kept():   # a stop signal during ray.init is noted like any other; the run acts on it
         if address:
-            ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
+            env = clock.shared_env()   # a local Ray's workers inherit the clock's anchor; a cluster's need it
+            ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING,
+                     runtime_env={"env_vars": env} if env else None)
         else:
             _private_default_token()
             ray.init(address="local", include_dashboard=False, log_to_driver=True, logging_level=logging.WARNING,
