@@ -112,7 +112,8 @@ def test_disk_full_mid_run_stops_the_job_with_one_line(small_fs, emulator_factor
     assert "Traceback" not in job.stderr and "Traceback" not in job.stdout
     steps_done = job.stdout.count("] done in")
     rows = _check_folder(results)
-    assert 1 <= rows["steps"] <= steps_done < 6 and rows["runs"] == 1       # the run row from the first flush
+    files = {str(f.relative_to(results)): pq.read_metadata(f).num_rows for f in results.rglob("*.parquet")}
+    assert 1 <= rows["steps"] <= steps_done < 6 and rows["runs"] == 1, (rows, files, job.stdout[-2000:])
     print(f"disk full: {steps_done} steps done, kept {rows}; {errors[0]}")
     assert rows["requests"] >= 8 * rows["steps"] and rows["frames"] > 0
     (small_fs / "filler").unlink()
