@@ -149,6 +149,31 @@ def test_disk_full_mid_run_keeps_what_was_written(tmp_path, monkeypatch):
     assert sorted(steps["step_id"].to_pylist()) == [0, 1]
 
 
+
+def test_a_steps_row_reaches_disk_only_after_the_rows_it_stands_for(tmp_path, monkeypatch):
+    """The disk fills while a step's rows are flushed: its steps row (resume keeps a step by it) must not be
+    on disk without its requests, and the run row of a run's end comes after both."""
+    writer = ResultsWriter(str(tmp_path), "r1")
+    real, written = pq.write_table, []
+
+    def full_at_requests(table, where, **kw):
+        if "requests" in str(where):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(Path(where).parts[-3])
+        real(table, where, **kw)
+    monkeypatch.setattr(pq, "write_table", full_at_requests)
+    for name in ("runs", "steps", "requests", "frames", "client_samples"):   # the order a step's end sends them
+        writer.write(name, schema.batch_from_rows(name, [{"run_id": "r1", "step_id": 0}]))
+    with pytest.raises(SinkError):
+        writer.flush()
+    assert "steps" not in written and "runs" not in written
+    monkeypatch.setattr(pq, "write_table", lambda table, where, **kw: (written.append(Path(where).parts[-3]),
+                                                                         real(table, where, **kw)))
+    written.clear()
+    writer.flush()
+    assert written[-2:] == ["steps", "runs"] and "requests" in written
+
+
 @pytest.fixture
 def folder(tmp_path) -> Path:
     res = Results()

@@ -34,6 +34,12 @@ ROLL_S = 10.0
 
 MIN_FREE_BYTES = 64 << 20   # below this a run would fill the disk within minutes: refuse before any load
 
+# A steps row says its step finished and a runs row how its run ended: written only by flush() and after every
+# other table, so a row of theirs on disk means the rows it stands for are on disk too (resume keeps a step by
+# its steps row). A disk that filled between the two used to leave a finished step with no requests.
+RECORD_TABLES = ("steps", "runs")
+FLUSH_ORDER = [t for t in schema.TABLES if t not in RECORD_TABLES] + list(RECORD_TABLES)
+
 
 class SinkError(LoadgenError):
     """The results folder cannot be written (full, read-only, gone); batches not yet written are kept."""
@@ -84,8 +90,8 @@ class ResultsWriter:
         self.pending[table].append(batch)
         self.pending_rows[table] += batch.num_rows
         self.oldest.setdefault(table, time.monotonic())
-        if self.failed is None and (self.pending_rows[table] >= ROLL_ROWS
-                                    or time.monotonic() - self.oldest[table] >= ROLL_S):
+        if self.failed is None and table not in RECORD_TABLES and (
+                self.pending_rows[table] >= ROLL_ROWS or time.monotonic() - self.oldest[table] >= ROLL_S):
             try:
                 self._roll(table)
             except SinkError as exc:   # kept in memory; flush() retries and reports it
@@ -94,7 +100,7 @@ class ResultsWriter:
     def flush(self) -> dict[str, int]:
         """Write everything waiting; returns rows written so far per table. SinkError if the folder cannot
         take it (the batches stay waiting; a later flush tries again)."""
-        for table in schema.TABLES:
+        for table in FLUSH_ORDER:
             self._roll(table)
         self.failed = None
         return dict(self.rows_written)
