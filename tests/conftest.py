@@ -41,6 +41,15 @@ from loadgen.emulator.launch import EmulatorProcess  # noqa: E402
 from loadgen.servers.ports import free_port  # noqa: E402
 
 
+def sigint_default() -> None:
+    """In a child before exec: SIGINT at its default, as an interactive shell starts a command. A CI started in
+    the background of a script runs with SIGINT ignored, and a child inherits that: a `ray start` then gave every
+    job driver of its cluster an ignored SIGINT, and the fleet's SIGINT tests waited for a driver that never
+    stopped."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_until(condition: Callable[[], object], timeout_s: float = 60.0, what: str = "the condition") -> None:
     """Poll `condition` until it holds: a test waits for the state it needs (a request running, one queued, a
     line logged), never for a time that it hopes is long enough on a busy machine."""
@@ -134,11 +143,11 @@ def ray_head(tmp_dir: str, *head_args: str, workers: Sequence[Sequence[str]] = (
                     "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
                     *ports("ray-client-server-port"), *head_args,
                     f"--temp-dir={tmp_dir}", "--include-dashboard=true", "--disable-usage-stats"],
-                   check=True, capture_output=True, timeout=120, env=env)
+                   check=True, capture_output=True, timeout=120, env=env, preexec_fn=sigint_default)
     for args in workers:
         subprocess.run(["ray", "start", f"--address=127.0.0.1:{gcs_port}", "--node-ip-address=127.0.0.1",
                         *ports(), *args, "--disable-usage-stats"], check=True, capture_output=True, timeout=120,
-                       env=env)
+                       env=env, preexec_fn=sigint_default)
     try:
         yield f"http://127.0.0.1:{dashboard_port}"
     finally:

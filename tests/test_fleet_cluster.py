@@ -250,7 +250,13 @@ def _stop_job_when(address: str, folder: Path, ready: Callable[[str], bool], the
         assert stop.returncode == 0, stop.stderr
     else:
         os.kill(driver.pid, sig)
-    driver.wait(60)
+    try:
+        driver.wait(60)
+    except psutil.TimeoutExpired:
+        status = Path(f"/proc/{driver.pid}/status").read_text()
+        masks = [line for line in status.splitlines() if line.startswith(("SigIgn", "SigCgt", "SigBlk", "SigPnd"))]
+        log = job_log()[-3000:]
+        raise AssertionError(f"the driver did not end within 60 s of {sig.name} ({masks}):\n{log}") from None
     while _our_servers():
         assert time.monotonic() < deadline + 30, "servers outlived the stopped job"
         time.sleep(0.5)

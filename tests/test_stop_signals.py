@@ -30,7 +30,7 @@ import psutil
 import pytest
 import ray
 
-from conftest import wait_until
+from conftest import sigint_default, wait_until
 from loadgen.driver import stop
 from loadgen.results import analysis
 
@@ -132,11 +132,6 @@ def emulators(emulator_factory):
         yield {"hold": hold, "fast": fast}
 
 
-def _sigint_default() -> None:
-    """In the child before exec: SIGINT at its default, as an interactive shell starts a command."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _seen(hold: str, run: str) -> set[str]:
     """The request ids of run `run` (its 6-hex suffix) that the holding emulator received, by its own log."""
     with urllib.request.urlopen(f"{hold}/emulator/requests", timeout=10) as resp:
@@ -158,7 +153,7 @@ def _stop_at(case: Case, sig: signal.Signals, experiment: str, tmp_path: Path, h
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "jobs.capacity", "--config", str(config), "--results",
                              str(results)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, preexec_fn=_sigint_default)
+                            env=env, preexec_fn=sigint_default)
     out: list[str] = []
     try:
         for line in proc.stdout:
