@@ -149,7 +149,6 @@ def test_disk_full_mid_run_keeps_what_was_written(tmp_path, monkeypatch):
     assert sorted(steps["step_id"].to_pylist()) == [0, 1]
 
 
-
 def test_a_steps_row_reaches_disk_only_after_the_rows_it_stands_for(tmp_path, monkeypatch):
     """The disk fills while a step's rows are flushed: its steps row (resume keeps a step by it) must not be
     on disk without its requests, and the run row of a run's end comes after both."""
