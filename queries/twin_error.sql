@@ -2,7 +2,9 @@
 --
 -- Pairs every predicted series (steps.predicted, written by `loadgen twin predict` or a [targets.twin]) with the
 -- measured series of the same target name, algorithm and draft tokens at the same load level, in any run of the
--- selected ones (narrow with --run, or --set predicted_run=ID / measured_run=ID). Per pair, level and metric:
+-- selected ones (narrow with --run, or --set predicted_run=ID / measured_run=ID). A server that does not report its
+-- draft budget (llama.cpp: the twin counts it from the frames) pairs with the unchanged twin's prediction, never with
+-- a what-if's. Per pair, level and metric:
 --   predicted, measured    views.sql level_metrics: tok_s (median aggregate output tok/s over the level's
 --                          steps), ttft_p50_ms, ttft_p90_ms and tpot_p50_ms (over the level's measured ok
 --                          requests), accept_len (sum(completion_tokens) / sum(spec_verify_ct))
@@ -24,10 +26,11 @@ pairs AS (
            [p.tok_s, p.ttft_p50, p.ttft_p90, p.tpot_p50, p.accept_len] AS pv,
            [m.tok_s, m.ttft_p50, m.ttft_p90, m.tpot_p50, m.accept_len] AS mv
     FROM p
-    JOIN m ON m.target = p.target AND m.algorithm IS NOT DISTINCT FROM p.algorithm
-          AND m.draft_tokens IS NOT DISTINCT FROM p.draft_tokens
-          AND m.concurrency IS NOT DISTINCT FROM p.concurrency AND m.rate IS NOT DISTINCT FROM p.rate
     LEFT JOIN twin_sources ts ON ts.run_id = p.run_id AND ts.target = p.target
+    JOIN m ON m.target = p.target AND m.algorithm IS NOT DISTINCT FROM p.algorithm
+          AND (m.draft_tokens IS NOT DISTINCT FROM p.draft_tokens
+               OR (m.draft_tokens IS NULL AND ts.what_if IS NULL))
+          AND m.concurrency IS NOT DISTINCT FROM p.concurrency AND m.rate IS NOT DISTINCT FROM p.rate
 ),
 long AS (
     SELECT * EXCLUDE (pv, mv, i), ['tok_s', 'ttft_p50_ms', 'ttft_p90_ms', 'tpot_p50_ms', 'accept_len'][i] AS metric,

@@ -5,6 +5,7 @@ and the answer saying PREDICTED, and bad input refused in one line."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from pathlib import Path
 
@@ -70,6 +71,10 @@ def test_twin_file_round_trip_and_what_ifs(tmp_path):
     twin = load_twin(hidden.truth)
     twin.save(tmp_path / "again.toml")
     assert load_twin(tmp_path / "again.toml") == twin
+    plain = dataclasses.replace(twin, server=dataclasses.replace(twin.server, algorithm="NONE", draft="none",
+                                                                 num_steps=None, topk=None, draft_tokens=None))
+    plain.save(tmp_path / "plain.toml")   # a server without a draft (llama-server without -md) has no draft numbers
+    assert load_twin(tmp_path / "plain.toml") == plain
     six = load_target(TwinRef(str(hidden.truth), draft_tokens=6, max_running_requests=8), "t")
     assert (six.server.draft_tokens, six.server.num_steps, six.server.max_running) == (6, 5, 8)
     assert six.what_if == "draft_tokens = 6, max_running_requests = 8"
@@ -179,3 +184,23 @@ def test_the_draft_budget_job_checks_its_table_before_any_load(tmp_path):
         bad = dict(data, job={**data["job"], **change})
         with pytest.raises(ConfigError, match=message):
             load_job(bad, Path("jobs/experiments").resolve(), "x.toml")
+
+
+def test_twin_error_pairs_a_server_that_hides_its_budget_with_the_unchanged_twin_only(tmp_path):
+    """llama.cpp reports no draft budget (steps.draft_tokens NULL); its twin counts one from the frames (5). The
+    twin's own prediction is compared with that server; a what-if of another budget never is."""
+    r = Results()
+    for run_id, predicted, budget, what_if in (("measured", False, None, None), ("twin", True, 5, None),
+                                               ("what-if", True, 3, "draft_tokens = 3")):
+        r.run(run_id)
+        info = {"twin": {"source_run": "measured", "source_target": "llama", "fit_levels": [2.0],
+                         "what_if": what_if}} if predicted else {}
+        r.step(run_id, 0, "llama", algorithm="DRAFT", draft_tokens=budget, concurrency=2, emulated=False,
+               predicted=predicted, server_info=json.dumps(info))
+        for i in range(4):
+            r.request(run_id, 0, "llama", f"{run_id}-{i}", sent_ms=1100 + 100 * i,
+                      frames=[(1150 + 100 * i + 10 * k, 2) for k in range(4)], spec_verify_ct=4)
+    rows = analysis.run_query(analysis.open_results(r.write(tmp_path)), "twin_error", {}).to_pylist()
+    assert {(row["predicted_run"], row["measured_run"]) for row in rows} == {("twin", "measured")}
+    tok_s = next(row for row in rows if row["metric"] == "tok_s")
+    assert tok_s["in_fit"] is True and tok_s["error_pct"] == 0.0

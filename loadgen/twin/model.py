@@ -163,6 +163,10 @@ class Twin:
         Path(path).write_text(self.to_toml())
 
 
+NO_DRAFT = {"num_steps": None, "topk": None, "draft_tokens": None}   # TOML has no None: a server that does not
+                                                                     # draft leaves these out of its file
+
+
 def load_twin(path: str | Path, key: str = "twin") -> Twin:
     """Read a twin file; every problem is a ConfigError on `key` naming the file."""
     path = Path(path)
@@ -176,7 +180,7 @@ def load_twin(path: str | Path, key: str = "twin") -> Twin:
         head = dict(data["twin"])
         time_scale = float(head.pop("time_scale", 1.0))
         max_new = int(head.pop("max_new_tokens"))
-        server = ServerSide(**data["server"])
+        server = ServerSide(**{**NO_DRAFT, **data["server"]})
         hardware = HardwareProfile(**data["hardware"])
         model = ModelProfile(**data["model"])
         algorithm = AlgorithmProfile(**data["algorithm"])
