@@ -91,12 +91,22 @@ def test_each_probe_measured_enough_requests_for_a_clear_call(search):
 
 
 def test_a_grid_over_the_same_levels_gives_the_same_answer(servers, search, tmp_path):
+    """A grid runs each level once, so a call near the line can stay unclear (at C = K + 1 only the request that
+    waits for a slot fails, 1 in K or more: attainment ~0.75 for K = 4 against the 0.8 line; in one CI run 13 of
+    16 met it). The capacity query then says so: an interval. Every clear call of the grid must be the truth,
+    the interval must hold the search's answer, and where the grid called both sides clearly the answers agree."""
     _, _, searched = search
-    _, rows = _run(servers, {"concurrency": [1, 2, 3, 4, 5, 6], "min_measured_requests": 16}, tmp_path)
+    run_id, rows = _run(servers, {"concurrency": [1, 2, 3, 4, 5, 6], "min_measured_requests": 16}, tmp_path)
     grid = {r["target"]: r for r in rows}
-    for name in ("k2", "k4"):
-        assert (grid[name]["capacity"], grid[name]["first_fail"]) == (
-            searched[name]["capacity"], searched[name]["first_fail"]), (grid[name], searched[name])
+    levels = analysis.run_query(analysis.open_results(tmp_path, [run_id]), "goodput").to_pylist()
+    clear = {(g["target"], g["concurrency"]): g["verdict"] for g in levels if g["clear"]}
+    for name, k in (("k2", 2), ("k4", 4)):
+        g, s = grid[name], searched[name]
+        for (target, c), verdict in clear.items():
+            assert target != name or verdict == ("pass" if c <= k else "fail"), (name, c, levels)
+        assert (g["capacity_low"] or 1) <= s["capacity"] <= g["capacity_high"], (g, s)
+        if (name, s["capacity"]) in clear and (name, s["first_fail"]) in clear:
+            assert (g["capacity"], g["first_fail"]) == (s["capacity"], s["first_fail"]), (g, s)
 
 
 def test_open_loop_search_stops_where_the_queue_starts(servers, tmp_path):
