@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import types
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -204,3 +205,54 @@ def test_twin_error_pairs_a_server_that_hides_its_budget_with_the_unchanged_twin
     assert {(row["predicted_run"], row["measured_run"]) for row in rows} == {("twin", "measured")}
     tok_s = next(row for row in rows if row["metric"] == "tok_s")
     assert tok_s["in_fit"] is True and tok_s["error_pct"] == 0.0
+
+
+def _tok_s_run(root: Path, run_id: str, levels: dict[str, dict[int, float]]) -> str:
+    """A run with one step per (target, level) whose window holds tok_s tokens in 1 s (views.sql step_throughput)."""
+    r = Results()
+    r.run(run_id)
+    step = 0
+    for target, by_level in levels.items():
+        for c, tok_s in by_level.items():
+            r.step(run_id, step, target, concurrency=c)
+            r.request(run_id, step, target, f"{run_id}-{step}", sent_ms=900, frames=[(1100, int(tok_s))])
+            step += 1
+    r.write(root)
+    return run_id
+
+
+def test_a_budgets_search_measures_the_baseline_only_where_the_campaign_has_not(tmp_path, monkeypatch):
+    """The draft-budget campaign shares the baseline's steps: a budget's search measures MTP at a level only when no
+    earlier run of the campaign did (or a re-run needs as many of its steps), and finds the same crossover."""
+    from loadgen.config.search import TwinStart
+    from loadgen.driver import budget
+    mtp = {c: 100.0 * c for c in range(1, 33)}
+    dflash = {c: 100.0 * c * (1.2 if c <= 10 else 0.9) for c in range(1, 33)}   # leads up to 10
+    calls: list[tuple[int, tuple[str, ...]]] = []
+
+    def measure(exp, results, name, urls, levels, log):
+        [c] = levels
+        calls.append((c, tuple(urls)))
+        truth = {"mtp": mtp, "dflash2-b6": dflash}
+        return _tok_s_run(results, f"{name}-{len(calls)}", {n: {c: truth[n][c]} for n in urls})
+
+    monkeypatch.setattr(budget, "measure", measure)
+    job = budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32, 2)
+    urls = {"mtp": "http://127.0.0.1:1", "dflash2-b6": "http://127.0.0.1:2"}
+    start = TwinStart("dflash2-b6", 10, 9, 11)
+    exp = types.SimpleNamespace(name="campaign")   # the search reads only its name; measure is the stand-in above
+    alone = budget.seeded_crossover(exp, tmp_path, job, urls, "dflash2-b6", start, lambda line: None)
+    assert alone[0] == 10 and calls == [(10, ("mtp", "dflash2-b6")), (11, ("mtp", "dflash2-b6"))]
+    calls.clear()
+    earlier = _tok_s_run(tmp_path, "earlier-budget", {"mtp": {c: mtp[c] for c in (11, 12)}})
+    shared = budget.seeded_crossover(exp, tmp_path, job, urls, "dflash2-b6", start, lambda line: None, (earlier,))
+    assert shared[0] == 10 and calls == [(10, ("mtp", "dflash2-b6")), (11, ("dflash2-b6",))]
+
+
+def test_an_unclear_level_measures_the_baseline_again_only_when_it_has_no_more_steps_than_the_budget():
+    from loadgen.driver.budget import baseline_needed
+    levels = {"mtp": {4: (100.0, 99.0, 101.0, 2), 8: (200.0, 200.0, 200.0, 1)},
+              "b6": {4: (101.0, 101.0, 101.0, 1), 8: (201.0, 201.0, 201.0, 1)}}
+    assert not baseline_needed(levels, "mtp", "b6", 4)   # MTP has 2 steps there, b6 gets its second
+    assert baseline_needed(levels, "mtp", "b6", 8)       # 1 each: a re-run measures both
+    assert baseline_needed(levels, "mtp", "b6", 16)      # a new level

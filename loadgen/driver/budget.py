@@ -6,8 +6,11 @@ DFlash2 draft budget move its crossover with MTP?
 3. Predict every budget in virtual time at every level of the range: the crossover of each with the baseline, with
    an interval from the twins' tok/s error.
 4. Confirm each budget's crossover with the twin-seeded search (loadgen/driver/search.py on the verdict "the
-   drafted target is ahead", loadgen/twin/crossover.py): it starts at the predicted crossover and measures the
-   baseline and that budget side by side, one level a step, until the crossover is bracketed by adjacent levels.
+   drafted target is ahead", loadgen/twin/crossover.py): it starts at the predicted crossover and measures that
+   budget, one level a step, until the crossover is bracketed by adjacent levels. The baseline's steps are the
+   campaign's: a level where the baseline was measured already (by the fit, or beside an earlier budget) is not
+   measured again for it, unless a re-run needs as many baseline steps as the budget has (each step's prompts,
+   load and window are the same, and every configuration runs on its own server).
 Servers: an emulator target is launched once per budget (its --speculative-num-draft-tokens changed); a url target
 needs `job.budget_urls` (one server per budget, as a fleet restarts them).
 """
@@ -153,24 +156,35 @@ def predict_budgets(exp: Experiment, results: Path, job: BudgetJob, twins: dict[
 
 
 def seeded_crossover(exp: Experiment, results: Path, job: BudgetJob, urls: dict[str, str], other: str,
-                     start: TwinStart | None, log: Callable[[str], None]) -> tuple[float | None, list[str], list[int]]:
+                     start: TwinStart | None, log: Callable[[str], None], campaign: tuple[str, ...] = ()
+                     ) -> tuple[float | None, list[str], list[int]]:
     """The crossover of `other` with the baseline, measured by the search; seeded at the twin's prediction when
-    `start` is given, else the usual search from the range's middle. (crossover, run ids, levels probed)."""
+    `start` is given, else the usual search from the range's middle. `campaign`: runs measured before (the fit,
+    earlier budgets' searches), whose steps count as this search's own. (crossover, run ids, levels probed)."""
     cfg = SearchConfig(float(job.low), float(job.high), max_runs=job.max_runs,
                        start=float(round(math.sqrt(job.low * job.high))))
     if start is not None:
         cfg = dataclasses.replace(cfg, start=start.level, twin="predicted", seeds=(start,))
     runs: list[str] = []
     probed: list[int] = []
-    found: dict = {}
-    while (probe := next_probe(cfg, found)) is not None:
+    names = [job.baseline, other]
+    levels = crossover.level_tok_s(results, list(campaign), names) if campaign else {n: {} for n in names}
+    while (probe := next_probe(cfg, crossover.verdicts(levels, job.baseline, other))) is not None:
         level = int(probe.level)
         log(f"  {other} vs {job.baseline} at C={level}: {probe.reason}")
-        runs.append(measure(exp, results, f"{exp.name}-{other}-c{level}",
-                            {job.baseline: urls[job.baseline], other: urls[other]}, [level], log))
+        side = baseline_needed(levels, job.baseline, other, level)
+        pair = {name: urls[name] for name in (names if side else [other])}
+        runs.append(measure(exp, results, f"{exp.name}-{other}-c{level}", pair, [level], log))
         probed.append(level)
-        found = crossover.verdicts(crossover.level_tok_s(results, runs, [job.baseline, other]), job.baseline, other)
-    return crossover.crossover(found), runs, probed
+        levels = crossover.level_tok_s(results, [*campaign, *runs], names)
+    return crossover.crossover(crossover.verdicts(levels, job.baseline, other)), runs, probed
+
+
+def baseline_needed(levels: dict[str, dict[int, tuple]], baseline: str, other: str, level: int) -> bool:
+    """Measure the baseline at `level` beside `other` unless it has more steps there than `other` has: a re-run
+    of an unclear call compares ranges over as many steps of each (crossover.verdicts)."""
+    steps = {name: levels[name].get(level, (0, 0, 0, 0))[3] for name in (baseline, other)}
+    return steps[baseline] <= steps[other]
 
 
 def fit_twins(results: Path, fit_run: str, job: BudgetJob, log: Callable[[str], None]) -> dict[str, Path]:
@@ -237,12 +251,14 @@ def run_job(config: str, results: str | None, ray_address: str | None, log: Call
         log(f"4. confirm each crossover with the twin-seeded search (interval: the twins' tok/s error "
             f"{100 * spread:.0f}%)")
         rows = []
+        campaign = [fit_run]
         for b in job.every_budget:
             name = job.name(b)
             c, lo, hi = crossover.predicted_crossover(tok[name], tok[job.baseline], spread)
             seed = TwinStart(name, c if c is not None else job.low, lo if lo is not None else job.low,
                              hi if hi is not None else (c if c is not None else job.low), "predicted crossover")
-            measured, runs, probed = seeded_crossover(exp, folder, job, urls, name, seed, log)
+            measured, runs, probed = seeded_crossover(exp, folder, job, urls, name, seed, log, tuple(campaign))
+            campaign += runs
             rows.append((b, c, lo, hi, measured, probed, *step_seconds(folder, runs)))
     fit_steps = step_seconds(folder, [fit_run])
     log(summary(rows, job, fit_steps, pred_run, folder))

@@ -123,28 +123,32 @@ def _job(urls: dict[str, str]) -> budget.BudgetJob:
     return budget.BudgetJob("mtp", "dflash2", 8, (6, 4), (1, 4, 16), 1, 32, 2)
 
 
-def _search(results: Path, exp, job, urls: dict[str, str], name: str, start: TwinStart | None):
-    found, runs, probed = budget.seeded_crossover(exp, results, job, urls, name, start, log=lambda *a: None)
+def _search(results: Path, exp, job, urls: dict[str, str], name: str, start: TwinStart | None, campaign: list[str]):
+    """One budget's search; the campaign's earlier runs lend it their baseline steps."""
+    found, runs, probed = budget.seeded_crossover(exp, results, job, urls, name, start, lambda *a: None,
+                                                  tuple(campaign))
     return found, runs
 
 
 def _grid(results: Path, urls: dict[str, str]) -> tuple[dict[int, float | None], list[str]]:
     """1, 2, 4, ..., 32 for every configuration at once, then one level at a time by hand between each budget's
-    last lead and first loss."""
+    last lead and first loss (MTP measured again only where it was not yet)."""
     grid = [1, 2, 4, 8, 16, 32]
     runs = [budget.measure(_cost_experiment("grid", urls, grid), results, "grid", urls, grid, log=lambda *a: None)]
     answers = {}
     for b in BUDGETS:
         name = f"dflash2-b{b}"
         while True:
-            found = crossover.verdicts(crossover.level_tok_s(results, runs, ["mtp", name]), "mtp", name)
+            levels = crossover.level_tok_s(results, runs, ["mtp", name])
+            found = crossover.verdicts(levels, "mtp", name)
             lead = crossover.crossover(found)
             above = min((c for c in found if c > (lead or 0)), default=None)
             if lead is None or above is None or above - lead <= 1:
                 answers[b] = lead
                 break
             middle = int((lead + above) // 2)
-            pair = {"mtp": urls["mtp"], name: urls[name]}
+            side = budget.baseline_needed(levels, "mtp", name, middle)   # MTP's steps are shared, as the searches'
+            pair = {n: urls[n] for n in (["mtp", name] if side else [name])}
             runs.append(budget.measure(_cost_experiment("by-hand", pair, [middle]), results, "by-hand", pair,
                                        [middle], log=lambda *a: None))
     return answers, runs
@@ -166,7 +170,7 @@ def part_cost(folder: Path) -> None:
         table["grid + bisection"] = (answers, runs)
         plain_runs, plain = [], {}
         for b in BUDGETS:
-            plain[b], more = _search(results, exp, job, urls, f"dflash2-b{b}", None)
+            plain[b], more = _search(results, exp, job, urls, f"dflash2-b{b}", None, plain_runs)
             plain_runs += more
         table["plain searches"] = (plain, plain_runs)
         fit_run = budget.measure(exp, results, "fit", {"mtp": urls["mtp"], "dflash2": urls["dflash2-b8"]}, [1, 4, 16],
@@ -180,7 +184,7 @@ def part_cost(folder: Path) -> None:
             c, lo, hi = crossover.predicted_crossover(tok[name], tok["mtp"], spread)
             predicted[b] = c
             start = TwinStart(name, c or 1, lo or 1, hi or (c or 1))
-            seeded[b], more = _search(results, exp, job, urls, name, start)
+            seeded[b], more = _search(results, exp, job, urls, name, start, seeded_runs)
             seeded_runs += more
         table["twin-seeded (fit included)"] = (seeded, seeded_runs)
     grid_s = budget.step_seconds(results, table["grid + bisection"][1])[1]
