@@ -249,6 +249,38 @@ def test_a_budgets_search_measures_the_baseline_only_where_the_campaign_has_not(
     assert shared[0] == 10 and calls == [(10, ("mtp", "dflash2-b6")), (11, ("dflash2-b6",))]
 
 
+def test_a_crossover_inside_a_tie_is_answered_from_one_step_a_level_and_names_the_ties(tmp_path, monkeypatch):
+    """Near a crossover the two series stay within 3% over several levels: the job's default (max_runs = 1)
+    takes each level's point estimate instead of re-running it, and the answer says which levels were ties."""
+    from loadgen.config.search import TwinStart
+    from loadgen.driver import budget
+    mtp = {c: 100.0 * c for c in range(1, 33)}
+    dflash = {c: 100.0 * c * (1.01 if c <= 10 else 0.99) for c in range(1, 33)}   # a 1% lead up to 10
+    calls: list[int] = []
+
+    def measure(exp, results, name, urls, levels, log):
+        calls.extend(levels)
+        truth = {"mtp": mtp, "dflash2-b6": dflash}
+        return _tok_s_run(results, f"{name}-{len(calls)}", {n: {c: truth[n][c] for c in levels} for n in urls})
+
+    monkeypatch.setattr(budget, "measure", measure)
+    urls = {"mtp": "http://127.0.0.1:1", "dflash2-b6": "http://127.0.0.1:2"}
+    exp = types.SimpleNamespace(name="campaign")
+    answers = {}
+    for max_runs in (1, 2):
+        calls.clear()
+        job = budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32, max_runs)
+        found, _, _, ties = budget.seeded_crossover(exp, tmp_path / str(max_runs), job, urls, "dflash2-b6",
+                                                    TwinStart("dflash2-b6", 10, 9, 11), lambda line: None)
+        answers[max_runs] = (found, list(calls), ties)
+    assert answers[1] == (10, [10, 11], [10, 11])
+    assert answers[2][:2] == (10, [10, 10, 11, 11])   # the re-runs (their equal ranges then call it: no noise here)
+    rows = [(6, 10, 9, 11, (10, [10, 11]), [10, 11], 4, 40.0), (8, 12, 11, 13, (12, []), [12, 13], 4, 40.0)]
+    text = budget.summary(rows, budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32), (6, 60.0), "p", tmp_path)
+    assert "too close to call (within 3%, a tie, decided by the point estimate): budget 6 at C = 10, 11" in text
+    assert "budget 8 -> 6: the crossover moves left (12 -> 10) predicted, left (12 -> 10) measured" in text
+
+
 def test_an_unclear_level_measures_the_baseline_again_only_when_it_has_no_more_steps_than_the_budget():
     from loadgen.driver.budget import baseline_needed
     levels = {"mtp": {4: (100.0, 99.0, 101.0, 2), 8: (200.0, 200.0, 200.0, 1)},

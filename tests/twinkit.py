@@ -45,9 +45,11 @@ class Hidden:
         return f"hidden profile seed {self.seed} ({self.algorithm}): {moved}"
 
 
-def hidden_profile(seed: int, folder: Path, algorithm: str | None = None, time_scale: float = 4.0) -> Hidden:
-    """gb10 + the algorithm's shipped profile with every number moved by a factor in [0.7, 1.3] (acceptance decay
-    kept <= 1: a decay above 1 would raise acceptance along the draft), written as emulator profile files."""
+def hidden_profile(seed: int, folder: Path, algorithm: str | None = None, time_scale: float = 4.0,
+                   spread: float = SPREAD) -> Hidden:
+    """gb10 + the algorithm's shipped profile with every number moved by a factor in [1 - spread, 1 + spread]
+    (acceptance decay kept <= 1: a decay above 1 would raise acceptance along the draft), written as emulator
+    profile files. spread = 0: the shipped profiles themselves (the emulator's defaults, as a twin file)."""
     rng = random.Random(seed)
     algorithm = algorithm or rng.choice(("mtp", "dflash2"))
     hw = profiles.load("hardware", "gb10")
@@ -55,7 +57,7 @@ def hidden_profile(seed: int, folder: Path, algorithm: str | None = None, time_s
     moves: dict[str, float] = {}
 
     def move(name: str, value: float) -> float:
-        moves[name] = rng.uniform(1 - SPREAD, 1 + SPREAD)
+        moves[name] = rng.uniform(1 - spread, 1 + spread)
         return value * moves[name]
 
     hw = dataclasses.replace(hw, name="hidden", description=f"hidden seed {seed}",

@@ -52,18 +52,19 @@ class BudgetJob:
     drafted: str                     # the target whose budget changes (DFlash2), measured at its own budget first
     own: int                         # its budget as launched (fitted there)
     budgets: tuple[int, ...]         # the other budgets to predict and confirm
+    fit_levels: tuple[int, ...]      # [load] concurrency: the levels the twins are fitted from
+    low: int                         # the crossover's range: search_min .. search_max
+    high: int
+    max_runs: int = 1                # runs of a level whose call stays unclear (a tie: a difference under 3%)
+    budget_urls: dict[int, str] = dataclasses.field(default_factory=dict)
 
     @property
     def every_budget(self) -> tuple[int, ...]:
         return (self.own, *self.budgets)
 
     def name(self, budget: int) -> str:
+        """A configuration's name in every run of the campaign (the fit's too, so its steps count for its budget)."""
         return f"{self.drafted}-b{budget}"
-    fit_levels: tuple[int, ...]      # [load] concurrency: the levels the twins are fitted from
-    low: int                         # the crossover's range: search_min .. search_max
-    high: int
-    max_runs: int = 2                # runs of a level whose call stays unclear (a difference under 3%)
-    budget_urls: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 def load_job(data: dict, base_dir: Path, source: str) -> tuple[BudgetJob, Experiment]:
@@ -92,7 +93,7 @@ def load_job(data: dict, base_dir: Path, source: str) -> tuple[BudgetJob, Experi
         raise ConfigError("job.own_budget", f"{drafted}'s draft budget is not in its flags",
                           "give own_budget = its --speculative-num-draft-tokens")
     job = BudgetJob(baseline, drafted, own, tuple(b for b in budgets if b != own), fit_levels,
-                    t.get("search_min", int, 1), t.get("search_max", int, 32), t.get("max_runs", int, 2), urls)
+                    t.get("search_min", int, 1), t.get("search_max", int, 32), t.get("max_runs", int, 1), urls)
     t.done()
     if target.url is not None and set(job.budgets) - set(urls):
         raise ConfigError("job.budget_urls", f"{drafted} is a running server: each budget needs its own",
@@ -157,10 +158,11 @@ def predict_budgets(exp: Experiment, results: Path, job: BudgetJob, twins: dict[
 
 def seeded_crossover(exp: Experiment, results: Path, job: BudgetJob, urls: dict[str, str], other: str,
                      start: TwinStart | None, log: Callable[[str], None], campaign: tuple[str, ...] = ()
-                     ) -> tuple[float | None, list[str], list[int]]:
+                     ) -> tuple[float | None, list[str], list[int], list[int]]:
     """The crossover of `other` with the baseline, measured by the search; seeded at the twin's prediction when
     `start` is given, else the usual search from the range's middle. `campaign`: runs measured before (the fit,
-    earlier budgets' searches), whose steps count as this search's own. (crossover, run ids, levels probed)."""
+    earlier budgets' searches), whose steps count as this search's own. (crossover, run ids, levels probed, ties:
+    the levels measured where the two are too close to call)."""
     cfg = SearchConfig(float(job.low), float(job.high), max_runs=job.max_runs,
                        start=float(round(math.sqrt(job.low * job.high))))
     if start is not None:
@@ -177,7 +179,8 @@ def seeded_crossover(exp: Experiment, results: Path, job: BudgetJob, urls: dict[
         runs.append(measure(exp, results, f"{exp.name}-{other}-c{level}", pair, [level], log))
         probed.append(level)
         levels = crossover.level_tok_s(results, [*campaign, *runs], names)
-    return crossover.crossover(crossover.verdicts(levels, job.baseline, other)), runs, probed
+    found = crossover.verdicts(levels, job.baseline, other)
+    return crossover.crossover(found), runs, probed, [int(c) for c, v in found.items() if not v.clear]
 
 
 def baseline_needed(levels: dict[str, dict[int, tuple]], baseline: str, other: str, level: int) -> bool:
@@ -188,9 +191,10 @@ def baseline_needed(levels: dict[str, dict[int, tuple]], baseline: str, other: s
 
 
 def fit_twins(results: Path, fit_run: str, job: BudgetJob, log: Callable[[str], None]) -> dict[str, Path]:
+    """A twin of the baseline and of the drafted target (measured as `<drafted>-b<own>`), keyed by job name."""
     out = {}
-    for name in (job.baseline, job.drafted):
-        twin: Twin = fit_twin(read_source(results, fit_run, name))
+    for name, measured_as in ((job.baseline, job.baseline), (job.drafted, job.name(job.own))):
+        twin: Twin = fit_twin(read_source(results, fit_run, measured_as))
         path = results / "twins" / f"run_id={fit_run}" / f"{name}.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
         twin.save(path)
@@ -240,7 +244,7 @@ def run_job(config: str, results: str | None, ray_address: str | None, log: Call
     with servers(exp, job) as urls:
         log(f"1. measure {job.baseline} and {job.name(job.own)} at C = {', '.join(map(str, job.fit_levels))}")
         fit_run = measure(exp, folder, f"{exp.name}-fit", {job.baseline: urls[job.baseline],
-                                                           job.drafted: urls[job.name(job.own)]},
+                                                           job.name(job.own): urls[job.name(job.own)]},
                           list(job.fit_levels), log)
         log("2. fit a twin of each")
         twins = fit_twins(folder, fit_run, job, log)
@@ -257,9 +261,10 @@ def run_job(config: str, results: str | None, ray_address: str | None, log: Call
             c, lo, hi = crossover.predicted_crossover(tok[name], tok[job.baseline], spread)
             seed = TwinStart(name, c if c is not None else job.low, lo if lo is not None else job.low,
                              hi if hi is not None else (c if c is not None else job.low), "predicted crossover")
-            measured, runs, probed = seeded_crossover(exp, folder, job, urls, name, seed, log, tuple(campaign))
+            measured, runs, probed, ties = seeded_crossover(exp, folder, job, urls, name, seed, log,
+                                                            tuple(campaign))
             campaign += runs
-            rows.append((b, c, lo, hi, measured, probed, *step_seconds(folder, runs)))
+            rows.append((b, c, lo, hi, (measured, ties), probed, *step_seconds(folder, runs)))
     fit_steps = step_seconds(folder, [fit_run])
     log(summary(rows, job, fit_steps, pred_run, folder))
     return 0
@@ -277,15 +282,18 @@ def summary(rows: list[tuple], job: BudgetJob, fit: tuple[int, float], pred_run:
     """Where the crossover lies per budget, predicted and measured, what each answer cost, and where it moves."""
     lines = [f"\ncrossover with {job.baseline} (the highest C where {job.drafted} leads in aggregate tok/s):",
              f"  {'budget':>6s}  {'PREDICTED (interval)':32s}  {'measured':28s}  probes (C)            steps  step-s"]
-    for b, c, lo, hi, measured, probed, steps, seconds in rows:
+    for b, c, lo, hi, (measured, _), probed, steps, seconds in rows:
         interval = f"{describe(c, job.low, job.high)} ({_bound(lo)} .. {_bound(hi)})"
         lines.append(f"  {b:6d}  {interval:32s}  {describe(measured, job.low, job.high):28s}  "
                      f"{','.join(map(str, probed)):20s}  {steps:5d}  {seconds:6.1f}")
+    if ties := [f"budget {b} at C = {', '.join(map(str, sorted(t)))}" for b, _, _, _, (_, t), *_ in rows if t]:
+        lines.append(f"  too close to call (within {crossover.CLEAR_PCT:g}%, a tie, decided by the point estimate): "
+                     + "; ".join(ties))
     own = next(r for r in rows if r[0] == job.own)
-    for b, c, _, _, measured, *_ in rows:
+    for b, c, _, _, (measured, _), *_ in rows:
         if b != job.own:
             lines.append(f"  budget {job.own} -> {b}: the crossover moves {_move(own[1], c)} predicted, "
-                         f"{_move(own[4], measured)} measured")
+                         f"{_move(own[4][0], measured)} measured")
     total_steps = fit[0] + sum(r[6] for r in rows)
     total_s = fit[1] + sum(r[7] for r in rows)
     lines.append(f"  cost: fit {fit[0]} steps {fit[1]:.0f} s + confirming {total_steps - fit[0]} steps "

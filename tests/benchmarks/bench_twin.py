@@ -120,13 +120,13 @@ def _cost_experiment(name: str, urls: dict[str, str], levels: list[int]):
 
 
 def _job(urls: dict[str, str]) -> budget.BudgetJob:
-    return budget.BudgetJob("mtp", "dflash2", 8, (6, 4), (1, 4, 16), 1, 32, 2)
+    return budget.BudgetJob("mtp", "dflash2", 8, (6, 4), (1, 4, 16), 1, 32, 1)
 
 
 def _search(results: Path, exp, job, urls: dict[str, str], name: str, start: TwinStart | None, campaign: list[str]):
     """One budget's search; the campaign's earlier runs lend it their baseline steps."""
-    found, runs, probed = budget.seeded_crossover(exp, results, job, urls, name, start, lambda *a: None,
-                                                  tuple(campaign))
+    found, runs, _, _ = budget.seeded_crossover(exp, results, job, urls, name, start, lambda *a: None,
+                                                tuple(campaign))
     return found, runs
 
 
@@ -154,6 +154,29 @@ def _grid(results: Path, urls: dict[str, str]) -> tuple[dict[int, float | None],
     return answers, runs
 
 
+def _true_crossovers(folder: Path) -> dict[int, tuple[float | None, list[int]]]:
+    """Each budget's crossover by the emulator's own model (the shipped profiles the servers run, as twin files) in
+    virtual time, over long windows at every level: (crossover, the levels where the two are within 3%: a tie that
+    one step's measurement cannot call)."""
+    mtp = hidden_profile(0, folder / "truth-mtp", "mtp", spread=0.0).truth
+    dflash = hidden_profile(0, folder / "truth-dflash2", "dflash2", spread=0.0).truth
+    refs = {"mtp": TwinRef(str(mtp)), **{f"dflash2-b{b}": TwinRef(str(dflash), draft_tokens=b) for b in BUDGETS}}
+    levels = list(range(1, 33))
+    data = {"run": {"name": "truth"}, "prompts": {**PROMPTS, "max_new_tokens": 128},
+            "load": {"concurrency": levels, "warmup_s": 10.0, "measure_s": 60.0, "min_measured_requests": 200},
+            "targets": [{"name": n, "twin": {"profile": r.profile, **({"draft_tokens": r.draft_tokens}
+                                                                      if r.draft_tokens else {})}}
+                        for n, r in refs.items()]}
+    run_id = run_predicted(parse_experiment(data, Path(".")), folder / "truth", log=lambda *a: None)
+    found = crossover.level_tok_s(folder / "truth", [run_id], list(refs))
+    out = {}
+    for b in BUDGETS:
+        mine, base = found[f"dflash2-b{b}"], found["mtp"]
+        ties = [c for c in levels if abs(100 * (mine[c][0] / base[c][0] - 1)) < crossover.CLEAR_PCT]
+        out[b] = (crossover.crossover(crossover.verdicts(found, "mtp", f"dflash2-b{b}")), ties)
+    return out
+
+
 def part_cost(folder: Path) -> None:
     print("\n2. campaign cost: where DFlash2 at budget 8, 6, 4 stops leading MTP (emulator, time-scale 4, 128 tokens)")
     results = folder / "cost"
@@ -173,7 +196,7 @@ def part_cost(folder: Path) -> None:
             plain[b], more = _search(results, exp, job, urls, f"dflash2-b{b}", None, plain_runs)
             plain_runs += more
         table["plain searches"] = (plain, plain_runs)
-        fit_run = budget.measure(exp, results, "fit", {"mtp": urls["mtp"], "dflash2": urls["dflash2-b8"]}, [1, 4, 16],
+        fit_run = budget.measure(exp, results, "fit", {n: urls[n] for n in ("mtp", "dflash2-b8")}, [1, 4, 16],
                                  log=lambda *a: None)
         twins = budget.fit_twins(results, fit_run, job, log=lambda *a: None)
         _, tok = budget.predict_budgets(exp, results, job, twins)
@@ -188,9 +211,13 @@ def part_cost(folder: Path) -> None:
             seeded_runs += more
         table["twin-seeded (fit included)"] = (seeded, seeded_runs)
     grid_s = budget.step_seconds(results, table["grid + bisection"][1])[1]
+    truth = _true_crossovers(folder)
     print(f"  {'method':28s} {'b8':>5s} {'b6':>5s} {'b4':>5s}  {'steps':>5s} {'server-s':>9s} {'vs grid':>8s}")
-    print(f"  {'twin prediction alone':28s} " + " ".join(f"{_g(predicted[b]):>5s}" for b in BUDGETS) + "      0"
-          "       0.0     0.0%")
+    print(f"  {'truth (the model, 60 s)':28s} " + " ".join(f"{_g(truth[b][0]):>5s}" for b in BUDGETS)
+          + "  (within 3%: " + "; ".join(f"b{b} C = {min(t)}-{max(t)}" for b, (_, t) in truth.items() if t) + ")")
+    fit_steps, fit_s = budget.step_seconds(results, [fit_run])
+    print(f"  {'twin prediction (its fit)':28s} " + " ".join(f"{_g(predicted[b]):>5s}" for b in BUDGETS)
+          + f"  {fit_steps:5d} {fit_s:9.1f} {100 * fit_s / grid_s:7.1f}%")
     for method, (found, runs) in table.items():
         steps, seconds = budget.step_seconds(results, runs)
         print(f"  {method:28s} " + " ".join(f"{_g(found[b]):>5s}" for b in BUDGETS)
@@ -253,10 +280,11 @@ def main() -> None:
     parser.add_argument("--part", nargs="+", default=["errors", "cost", "llama"], choices=("errors", "cost", "llama"))
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--keep", type=Path, help="write the results here (kept) instead of a temporary folder")
     args = parser.parse_args()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     with tempfile.TemporaryDirectory(prefix="bench-twin-") as tmp:
-        folder = Path(tmp)
+        folder = args.keep or Path(tmp)
         if "errors" in args.part:
             part_errors(list(range(args.first_seed, args.first_seed + args.seeds)), folder)
         if "cost" in args.part:
