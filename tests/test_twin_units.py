@@ -276,7 +276,8 @@ def test_a_crossover_inside_a_tie_is_answered_from_one_step_a_level_and_names_th
     assert answers[1] == (10, [10, 11], [10, 11])
     assert answers[2][:2] == (10, [10, 10, 11, 11])   # the re-runs (their equal ranges then call it: no noise here)
     rows = [(6, 10, 9, 11, (10, [10, 11]), [10, 11], 4, 40.0), (8, 12, 11, 13, (12, []), [12, 13], 4, 40.0)]
-    text = budget.summary(rows, budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32), (6, 60.0), "p", tmp_path)
+    job = budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32)
+    text = budget.summary(rows, job, (6, 60.0), "p", tmp_path)
     assert "too close to call (within 3%, a tie, decided by the point estimate): budget 6 at C = 10, 11" in text
     assert "budget 8 -> 6: the crossover moves left (12 -> 10) predicted, left (12 -> 10) measured" in text
 
