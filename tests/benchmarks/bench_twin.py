@@ -233,11 +233,11 @@ def _g(value: float | None) -> str:
 
 # A level's figures are a sample of the prompt mix: 5 requests at C = 1 (a 30 s window of 4 s requests) put the
 # measured TTFT p50 35% above the twin's over 200 requests, while per request (the same prompt) the two agreed within
-# 1-7%. 40 requests a level, prompts of 64-256 tokens: a measurement worth comparing with (~15 min for both servers).
+# 1-7%. 40 requests a level, prompts of 128-320 tokens: a measurement worth comparing with (~15 min for both servers).
 LLAMA_LOAD = {"concurrency": [1, 2, 3, 4, 6, 8], "warmup_s": 2.0, "measure_s": 6.0, "min_measured_requests": 40,
               "max_measure_s": 240.0}
 LLAMA_PROMPTS = {"seed": 3, "max_new_tokens": 48, "ignore_eos": True, "temperature": 0.0,
-                 "input_tokens": {"min": 64, "max": 256}}
+                 "input_tokens": {"min": 128, "max": 320}}
 
 
 def part_llama(folder: Path) -> None:
