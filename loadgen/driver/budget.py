@@ -281,10 +281,10 @@ def predicted_table(tok: dict[str, dict[int, float]], job: BudgetJob) -> str:
 def summary(rows: list[tuple], job: BudgetJob, fit: tuple[int, float], pred_run: str, results: Path) -> str:
     """Where the crossover lies per budget, predicted and measured, what each answer cost, and where it moves."""
     lines = [f"\ncrossover with {job.baseline} (the highest C where {job.drafted} leads in aggregate tok/s):",
-             f"  {'budget':>6s}  {'PREDICTED (interval)':32s}  {'measured':28s}  probes (C)            steps  step-s"]
+             f"  {'budget':>6s}  {'PREDICTED (interval)':36s}  {'measured':28s}  probes (C)            steps  step-s"]
     for b, c, lo, hi, (measured, _), probed, steps, seconds in rows:
         interval = f"{describe(c, job.low, job.high)} ({_bound(lo)} .. {_bound(hi)})"
-        lines.append(f"  {b:6d}  {interval:32s}  {describe(measured, job.low, job.high):28s}  "
+        lines.append(f"  {b:6d}  {interval:36s}  {describe(measured, job.low, job.high):28s}  "
                      f"{','.join(map(str, probed)):20s}  {steps:5d}  {seconds:6.1f}")
     if ties := [f"budget {b} at C = {', '.join(map(str, sorted(t)))}" for b, _, _, _, (_, t), *_ in rows if t]:
         lines.append(f"  too close to call (within {crossover.CLEAR_PCT:g}%, a tie, decided by the point estimate): "
