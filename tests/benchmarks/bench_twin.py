@@ -51,11 +51,15 @@ LEVELS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
 PROMPTS = {"seed": 7, "max_new_tokens": 64, "ignore_eos": True, "input_tokens": {"min": 128, "max": 512}}
 
 
+def _twin_targets(refs: dict[str, TwinRef]) -> list[dict]:
+    """[[targets]] tables of twin files (a what-if draft budget where the ref gives one)."""
+    return [{"name": n, "twin": {"profile": r.profile, **({"draft_tokens": r.draft_tokens} if r.draft_tokens else {})}}
+            for n, r in refs.items()]
+
+
 def _predict(results: Path, targets: dict[str, TwinRef], load: dict, slo: dict | None = None) -> str:
     data = {"run": {"name": "bench-twin"}, "load": {"warmup_s": 2.0, "measure_s": 20.0, **load}, "prompts": PROMPTS,
-            "targets": [{"name": n, "twin": {"profile": r.profile, **({"draft_tokens": r.draft_tokens}
-                                                                      if r.draft_tokens else {})}}
-                        for n, r in targets.items()]}
+            "targets": _twin_targets(targets)}
     if slo:
         data["slo"] = slo
     return run_predicted(parse_experiment(data, Path(".")), results, log=lambda *a: None)
@@ -164,9 +168,7 @@ def _true_crossovers(folder: Path) -> dict[int, tuple[float | None, list[int]]]:
     levels = list(range(1, 33))
     data = {"run": {"name": "truth"}, "prompts": {**PROMPTS, "max_new_tokens": 128},
             "load": {"concurrency": levels, "warmup_s": 10.0, "measure_s": 60.0, "min_measured_requests": 200},
-            "targets": [{"name": n, "twin": {"profile": r.profile, **({"draft_tokens": r.draft_tokens}
-                                                                      if r.draft_tokens else {})}}
-                        for n, r in refs.items()]}
+            "targets": _twin_targets(refs)}
     run_id = run_predicted(parse_experiment(data, Path(".")), folder / "truth", log=lambda *a: None)
     found = crossover.level_tok_s(folder / "truth", [run_id], list(refs))
     out = {}
