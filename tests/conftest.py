@@ -167,13 +167,14 @@ def ray_head(tmp_dir: str, *head_args: str, workers: Sequence[Sequence[str]] = (
         psutil.wait_procs(list(victims), timeout=10)
 
 
-def submit_job(address: str, entrypoint: list[str], timeout_s: float = 240,
-               options: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """`ray job submit --working-dir <repo> [options]`; retried only while the new head's job agent is not up
-    yet."""
+def submit_job(address: str, entrypoint: list[str], timeout_s: float = 240, options: tuple[str, ...] = (),
+               working_dir: Path | None = REPO) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir <repo> [options]` (no --working-dir where `working_dir` is None); retried only
+    while the new head's job agent is not up yet."""
     deadline = time.monotonic() + 60
+    upload = ("--working-dir", str(working_dir)) if working_dir else ()
     while True:
-        job = subprocess.run(["ray", "job", "submit", "--address", address, "--working-dir", str(REPO), *options,
+        job = subprocess.run(["ray", "job", "submit", "--address", address, *upload, *options,
                               "--", *entrypoint], capture_output=True, text=True, timeout=timeout_s)
         if "No available agent to submit job" not in job.stderr or time.monotonic() > deadline:
             return job

@@ -5,6 +5,7 @@ servers restarted before it. Parsing only: placing actors on the nodes is loadge
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from loadgen.config.tables import StrictTable, check_name, load_toml
 from loadgen.config.targets import TargetConfig, check_url, emulator_args, telemetry_options
 from loadgen.errors import ConfigError
 
-PROFILES_DIR = Path(__file__).parents[2] / "infra" / "profiles"
+# The shipped launch profiles: package data, `loadgen/config/profiles` (a link to infra/profiles in a checkout)
+PROFILES_DIR = Path(str(resources.files("loadgen.config") / "profiles"))
 LAUNCHES = ("sglang", "emulator", "external")
 
 
