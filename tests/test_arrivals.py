@@ -11,8 +11,8 @@ import pytest
 
 from loadgen.client.arrivals import ArrivalSpec, arrival_times
 from loadgen.config import parse_experiment
-from loadgen.driver.plan import grid_steps
 from loadgen.errors import ConfigError
+from loadgen.plan.steps import grid_steps
 
 N = 100_000   # gaps per schedule
 Z = 5.0       # tolerance in standard errors: a correct generator fails about once in 3.5 million runs

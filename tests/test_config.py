@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.campaigns.budget import load_job
 from loadgen.config import load_experiment, parse_experiment
-from loadgen.driver.budget import load_job
-from loadgen.driver.plan import grid_steps, split_concurrency
 from loadgen.errors import ConfigError
+from loadgen.plan.steps import grid_steps, split_concurrency
 
 REPO = Path(__file__).parents[1]
 GOOD = {

@@ -142,3 +142,9 @@ def test_bodies():
     assert body["messages"] == [{"role": "user", "content": "def f(): pass"}]
     assert adapter_for("openai-chat", plain).path == "/v1/chat/completions"
     assert adapter_for("openai-completions", plain).path == "/v1/completions"
+
+
+def test_config_knows_every_flavour_the_client_has_an_adapter_for():
+    from loadgen.client.protocol import ADAPTERS
+    from loadgen.config.targets import FLAVORS
+    assert set(FLAVORS) == set(ADAPTERS)

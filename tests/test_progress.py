@@ -8,8 +8,8 @@ import io
 import re
 
 from loadgen.client.messages import WorkerProgress
-from loadgen.driver.plan import TargetLoad
 from loadgen.driver.progress import LOG_EVERY_S, LOG_FIRST_S, REDRAW_S, Console, Extension, StepProgress, step_label
+from loadgen.plan.steps import TargetLoad
 
 S = 1_000_000_000
 

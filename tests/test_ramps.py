@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from loadgen.client.arrivals import ArrivalSpec, arrival_times
-from loadgen.client.ramps import UserRamp, build
+from loadgen.client.ramps import UserRamp
 from loadgen.config import parse_experiment
+from loadgen.config.ramp_profile import build
 from loadgen.driver import shapes
-from loadgen.driver.plan import GridPlan, grid_steps
 from loadgen.errors import ConfigError
+from loadgen.plan.steps import GridPlan, grid_steps
 
 TARGET = {"name": "t", "url": "http://127.0.0.1:9"}
 

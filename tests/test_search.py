@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from loadgen.config import parse_experiment
 from loadgen.config.search import SearchConfig, TwinStart
-from loadgen.driver.plan import SearchPlan, TargetLoad
-from loadgen.driver.search import next_probe
 from loadgen.errors import ConfigError
+from loadgen.plan.search import next_probe
+from loadgen.plan.steps import SearchPlan, TargetLoad
 from loadgen.results.slo import Slo, Verdict, parse_slo, parse_slo_flag
 
 
@@ -129,7 +129,7 @@ def test_open_loop_search_window_holds_enough_arrivals_for_a_clear_call():
 
 
 def test_grid_stops_a_target_after_failing_levels_in_a_row():
-    from loadgen.driver.plan import GridPlan
+    from loadgen.plan.steps import GridPlan
     exp = _exp({"concurrency": [1, 2, 4, 8], "stop_after_slo_failures": 2}, {"ttft_ms": 500})
     plan = GridPlan(exp, exp.targets)
     verdicts = {"t0": {1.0: Verdict(True, True, 1), 2.0: Verdict(False, True, 1), 4.0: Verdict(False, True, 1)},

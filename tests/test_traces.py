@@ -117,7 +117,7 @@ def test_trace_mode_config_levels_and_prompts():
     assert exp.prompts.input_tokens is not None
     lengths = [r.input_tokens for r in rows]
     assert exp.prompts.input_tokens.max == max(lengths) and exp.prompts.input_tokens.min == max(min(lengths), 400)
-    from loadgen.driver.plan import grid_steps
+    from loadgen.plan.steps import grid_steps
     steps = grid_steps(exp, exp.targets)
     assert [(s.loads[0].speedup, s.loads[0].rate, s.loads[0].concurrency) for s in steps] == [
         (1.0, trace.rate(1), 64), (10.0, trace.rate(10), 64)]

@@ -173,8 +173,8 @@ def test_crossover_verdicts_and_the_predicted_interval():
 
 
 def test_the_draft_budget_job_checks_its_table_before_any_load(tmp_path):
+    from loadgen.campaigns.budget import load_job
     from loadgen.config import load_toml
-    from loadgen.driver.budget import load_job
     data = load_toml(Path("jobs/experiments/draft-budget-twin.toml"), "--config")
     job, exp = load_job(data, Path("jobs/experiments").resolve(), "draft-budget-twin.toml")
     assert (job.baseline, job.drafted, job.own, job.budgets, job.fit_levels) == ("mtp", "dflash2", 8, (6, 4),
@@ -224,8 +224,8 @@ def _tok_s_run(root: Path, run_id: str, levels: dict[str, dict[int, float]]) -> 
 def test_a_budgets_search_measures_the_baseline_only_where_the_campaign_has_not(tmp_path, monkeypatch):
     """The draft-budget campaign shares the baseline's steps: a budget's search measures MTP at a level only when no
     earlier run of the campaign did (or a re-run needs as many of its steps), and finds the same crossover."""
+    from loadgen.campaigns import budget
     from loadgen.config.search import TwinStart
-    from loadgen.driver import budget
     mtp = {c: 100.0 * c for c in range(1, 33)}
     dflash = {c: 100.0 * c * (1.2 if c <= 10 else 0.9) for c in range(1, 33)}   # leads up to 10
     calls: list[tuple[int, tuple[str, ...]]] = []
@@ -252,8 +252,8 @@ def test_a_budgets_search_measures_the_baseline_only_where_the_campaign_has_not(
 def test_a_crossover_inside_a_tie_is_answered_from_one_step_a_level_and_names_the_ties(tmp_path, monkeypatch):
     """Near a crossover the two series stay within 3% over several levels: the job's default (max_runs = 1)
     takes each level's point estimate instead of re-running it, and the answer says which levels were ties."""
+    from loadgen.campaigns import budget
     from loadgen.config.search import TwinStart
-    from loadgen.driver import budget
     mtp = {c: 100.0 * c for c in range(1, 33)}
     dflash = {c: 100.0 * c * (1.01 if c <= 10 else 0.99) for c in range(1, 33)}   # a 1% lead up to 10
     calls: list[int] = []
@@ -283,7 +283,7 @@ def test_a_crossover_inside_a_tie_is_answered_from_one_step_a_level_and_names_th
 
 
 def test_an_unclear_level_measures_the_baseline_again_only_when_it_has_no_more_steps_than_the_budget():
-    from loadgen.driver.budget import baseline_needed
+    from loadgen.campaigns.budget import baseline_needed
     levels = {"mtp": {4: (100.0, 99.0, 101.0, 2), 8: (200.0, 200.0, 200.0, 1)},
               "b6": {4: (101.0, 101.0, 101.0, 1), 8: (201.0, 201.0, 201.0, 1)}}
     assert not baseline_needed(levels, "mtp", "b6", 4)   # MTP has 2 steps there, b6 gets its second

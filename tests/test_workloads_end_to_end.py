@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.client.ramps import build
 from loadgen.config import parse_experiment
+from loadgen.config.ramp_profile import build
 from loadgen.driver.runner import run_experiment
 from loadgen.prompts.traces import read_trace
 from loadgen.results import analysis

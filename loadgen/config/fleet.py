@@ -9,9 +9,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from loadgen.client.protocol import ADAPTERS
 from loadgen.config.tables import StrictTable, check_name, load_toml
-from loadgen.config.targets import TargetConfig, check_url, emulator_args, telemetry_options
+from loadgen.config.targets import FLAVORS, TargetConfig, check_url, emulator_args, telemetry_options
 from loadgen.errors import ConfigError
 
 # The shipped launch profiles: package data, `loadgen/config/profiles` (a link to infra/profiles in a checkout)
@@ -112,8 +111,8 @@ def parse_fleet(raw: Any, base_dir: Path) -> Fleet:
 def _parse_merged(t: StrictTable, fleet_dir: Path, base_dir: Path) -> Fleet:
     name = t.get("name", str, "fleet")
     flavor = t.get("flavor", str, "sglang")
-    if flavor not in ADAPTERS:
-        raise ConfigError("fleet.flavor", f"unknown flavor {flavor!r}", f"use one of {', '.join(sorted(ADAPTERS))}")
+    if flavor not in FLAVORS:
+        raise ConfigError("fleet.flavor", f"unknown flavor {flavor!r}", f"use one of {', '.join(FLAVORS)}")
     launch = t.get("launch", str, "sglang")
     if launch not in LAUNCHES:
         raise ConfigError("fleet.launch", f"unknown launch {launch!r}", f"use one of {', '.join(LAUNCHES)}")

@@ -5,7 +5,7 @@ DFlash2 draft budget move its crossover with MTP?
 2. Fit a twin of each (loadgen/twin/fit.py).
 3. Predict every budget in virtual time at every level of the range: the crossover of each with the baseline, with
    an interval from the twins' tok/s error.
-4. Confirm each budget's crossover with the twin-seeded search (loadgen/driver/search.py on the verdict "the
+4. Confirm each budget's crossover with the twin-seeded search (loadgen/plan/search.py on the verdict "the
    drafted target is ahead", loadgen/twin/crossover.py): it starts at the predicted crossover and measures that
    budget, one level a step, until the crossover is bracketed by adjacent levels. The baseline's steps are the
    campaign's: a level where the baseline was measured already (by the fit, or beside an earlier budget) is not
@@ -28,12 +28,12 @@ from loadgen.config import Experiment, StrictTable, TargetConfig, load_toml, par
 from loadgen.config.search import SearchConfig, TwinStart
 from loadgen.config.targets import TwinRef
 from loadgen.driver import ray_setup
-from loadgen.driver.capacity import results_folder
 from loadgen.driver.runner import run_experiment
-from loadgen.driver.search import next_probe
 from loadgen.emulator.launch import EmulatorProcess
 from loadgen.errors import ConfigError
+from loadgen.plan.search import next_probe
 from loadgen.results import analysis
+from loadgen.results.folder import results_folder
 from loadgen.results.sink import check_writable
 from loadgen.twin import crossover
 from loadgen.twin.fit import fit_twin

@@ -1,7 +1,7 @@
 """Experiment -> steps, one at a time: a plan sees the verdicts of finished steps before it names the next.
 
 A grid walks its levels (repeat x level x target group) and may drop a target that failed the SLO at
-`stop_after_slo_failures` levels in a row; a capacity search (loadgen.driver.search) chooses each target's next level
+`stop_after_slo_failures` levels in a row; a capacity search (loadgen.plan.search) chooses each target's next level
 from its own verdicts. Either way a step is an ordinary step: every query and the report read it the same.
 Verdicts come from SQL over the results written so far (runner: `level_slo`), never from the plan's memory.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from loadgen.config import Experiment, LoadConfig, TargetConfig
-from loadgen.driver.search import next_probe
+from loadgen.plan.search import next_probe
 from loadgen.results.slo import Verdict
 
 # target -> load level (concurrency, or rate in open loop) -> that level's SLO verdict, pooled over its runs
