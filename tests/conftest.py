@@ -69,6 +69,26 @@ def no_stop_carried_over() -> Iterator[None]:
     stop.uninstall()
 
 
+UNIT = Path(__file__).parent / "unit"
+
+
+@pytest.fixture(autouse=True)
+def unit_tier_stays_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/unit/ is the fast tier: no subprocess (so no Ray, no emulator process) and no listening socket (no
+    server, in-process or not). A test there that needs one fails here, naming what it started: it belongs in
+    tests/integration/ or tests/e2e/ (tests/README.md)."""
+    if UNIT not in request.node.path.parents:
+        return
+    import socket
+
+    def refuse(what: str) -> Callable[..., None]:
+        def refused(*args: object, **kwargs: object) -> None:
+            raise AssertionError(f"a unit test started {what}: move it to tests/integration/ or tests/e2e/")
+        return refused
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("a subprocess"))
+    monkeypatch.setattr(socket.socket, "listen", refuse("a server (a listening socket)"))
+
+
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
     """A real local Ray, started once per session and stopped by ray.shutdown (only this cluster). Ray gives its
