@@ -1,5 +1,6 @@
-"""The house's proportions (issue 28): no module in loadgen/ over 400 lines, no class over 250, so that each part
-keeps one job, with no exemption."""
+"""An alarm on the house's proportions (issue 38): a module in loadgen/ over 600 lines or a class over 400 has
+most likely grown a second job; split it where the jobs part, never by size alone (a module is one job a reader
+can name). No exemption."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).parents[2] / "loadgen"
-MODULE_LINES, CLASS_LINES = 400, 250
+MODULE_LINES, CLASS_LINES = 600, 400
 
 
 def sizes() -> tuple[dict[str, int], dict[str, int]]:
@@ -35,5 +36,5 @@ def test_no_module_or_class_outgrows_its_house():
 
 
 def test_the_check_sees_a_module_too_big():
-    found = too_big({"a.py": 401, "driver/runner.py": 600, "b.py": 400}, MODULE_LINES)
-    assert found == ["a.py: 401 lines", "driver/runner.py: 600 lines"]
+    found = too_big({"a.py": 601, "driver/runner.py": 900, "b.py": 600}, MODULE_LINES)
+    assert found == ["a.py: 601 lines", "driver/runner.py: 900 lines"]
