@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -10,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from aiohttp import web_runner
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
@@ -70,23 +73,33 @@ def no_stop_carried_over() -> Iterator[None]:
 
 
 UNIT = Path(__file__).parent / "unit"
+_in_unit_test = False
 
 
-@pytest.fixture(autouse=True)
-def unit_tier_stays_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """tests/unit/ is the fast tier: no subprocess (so no Ray, no emulator process) and no listening socket (no
-    server, in-process or not). A test there that needs one fails here, naming what it started: it belongs in
-    tests/integration/ or tests/e2e/ (tests/README.md)."""
-    if UNIT not in request.node.path.parents:
-        return
-    import socket
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Notes whether a tests/unit/ test runs, its fixtures of every scope included."""
+    global _in_unit_test
+    _in_unit_test = UNIT in item.path.parents
+    yield
+    _in_unit_test = False
 
-    def refuse(what: str) -> Callable[..., None]:
-        def refused(*args: object, **kwargs: object) -> None:
+
+def _unit_refuses(what: str, original: Callable) -> Callable:
+    """tests/unit/ is the fast tier: no subprocess (so no Ray, no emulator process) and no server, in-process or not
+    (a listening socket, an aiohttp site on any loop). A unit test that starts one fails, naming what it started:
+    it belongs in tests/integration/ or tests/e2e/ (tests/README.md)."""
+    @functools.wraps(original)
+    def guarded(*args: object, **kwargs: object) -> object:
+        if _in_unit_test:
             raise AssertionError(f"a unit test started {what}: move it to tests/integration/ or tests/e2e/")
-        return refused
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("a subprocess"))
-    monkeypatch.setattr(socket.socket, "listen", refuse("a server (a listening socket)"))
+        return original(*args, **kwargs)
+    return guarded
+
+
+subprocess.Popen.__init__ = _unit_refuses("a subprocess", subprocess.Popen.__init__)
+socket.socket.listen = _unit_refuses("a server (a listening socket)", socket.socket.listen)
+web_runner.BaseSite.start = _unit_refuses("a server (an aiohttp site)", web_runner.BaseSite.start)
 
 
 @pytest.fixture(scope="session")

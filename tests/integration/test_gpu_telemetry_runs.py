@@ -6,15 +6,24 @@ an NVIDIA driver: its test skips here with the reason (tests/gpu/nvml_check.py i
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from httpcalls import request
 from loadgen.config import TargetConfig, parse_experiment
 from loadgen.driver.runner import run_experiment
+from loadgen.emulator.args import parse_args
+from loadgen.emulator.launch import EmulatorThread
+from loadgen.emulator.server import Emulator
 from loadgen.results import analysis
 from loadgen.servers.telemetry import dcgm
-from loadgen.servers.telemetry.readings import GpuReading
+from loadgen.servers.telemetry.readings import GpuReading, TelemetryUnavailable
+
+SCALE = 10.0   # the emulator runs the modelled GB10 ten times faster
+BODY = {"text": "def f(x):\n    return x\n", "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
 
 
 def read(url: str) -> GpuReading:
@@ -26,6 +35,73 @@ def read(url: str) -> GpuReading:
         finally:
             await reader.close()
     return asyncio.run(once())
+
+
+def loaded(emu: EmulatorThread, streams: int = 4) -> list[threading.Thread]:
+    """`streams` requests of 400 tokens in flight (each its own thread); join them to wait."""
+    threads = [threading.Thread(target=request, args=(emu.port, "POST", "/generate", BODY)) for _ in range(streams)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def under_load(*flags: str) -> tuple[GpuReading, GpuReading, float, int]:
+    """Two readings 1 s apart while 4 streams decode; the wall seconds between them; tokens generated in them."""
+    with EmulatorThread(["--speculative-algorithm", "NEXTN", "--time-scale", str(SCALE), *flags]) as emu:
+        threads = loaded(emu)
+        time.sleep(0.5)
+        t0, tokens0, first = time.monotonic(), emu.call(lambda: emu.emu.engine.counters.generation_tokens_total), \
+            read(emu.url)
+        time.sleep(1.0)
+        t1, tokens1, second = time.monotonic(), emu.call(lambda: emu.emu.engine.counters.generation_tokens_total), \
+            read(emu.url)
+        for t in threads:
+            t.join()
+        return first, second, t1 - t0, tokens1 - tokens0
+
+
+def test_the_modelled_gpu_under_load_healthy_and_in_degraded_power():
+    first, healthy, wall_s, tokens = under_load()
+    _, degraded, _, slow_tokens = under_load("--fault", "degraded-power", "--degraded-power-factor", "3")
+    # full clock and no reason while it works; the trap: a third of the clock, the software power cap
+    assert (healthy.sm_clock_mhz, healthy.sm_clock_max_mhz, healthy.clock_reasons) == (2405, 2405, [])
+    assert (degraded.sm_clock_mhz, degraded.clock_reasons) == (round(2405 / 3), ["sw_power_cap"])
+    # capped at max / factor (a mean over the last second: lower when a loaded host delays the emulator's loop)
+    assert 15 < degraded.power_w <= 140 / 3 + 0.01 < healthy.power_w <= 140
+    # busy most of the second (not all of it on a loaded machine: the emulator's loop then lags between forwards)
+    assert healthy.utilization_pct > 50 and healthy.gpu_uuid.startswith("GPU-")
+    # a third of the speed: the same forward takes three times as long (the cost model's own time, which no load
+    # on this machine changes; the tokens each produced in the same wall second say the same, loosely)
+    healthy_emu, degraded_emu = (Emulator(parse_args(["--model-path", "m", "--speculative-algorithm", "NEXTN", *f]))
+                                 for f in ([], ["--fault", "degraded-power"]))
+    batch = [300] * 4
+    assert degraded_emu.cost.decode(batch).seconds == pytest.approx(3 * healthy_emu.cost.decode(batch).seconds)
+    assert slow_tokens < tokens
+    # the energy counter counts modelled time: it grows power x wall x time scale (the power is steady)
+    assert healthy.energy_j > first.energy_j
+    assert (healthy.energy_j - first.energy_j) / (wall_s * SCALE) == pytest.approx(healthy.power_w, rel=0.25)
+    assert degraded.power_violation_s > 0 and healthy.power_violation_s == 0
+
+
+def test_an_idle_modelled_gpu_says_idle_and_its_counter_grows_at_idle_power():
+    with EmulatorThread(["--time-scale", str(SCALE)]) as emu:
+        t0 = time.monotonic()
+        a = read(emu.url)
+        t1 = time.monotonic()
+        time.sleep(0.5)
+        t2 = time.monotonic()
+        b = read(emu.url)
+        t3 = time.monotonic()
+    assert (b.sm_clock_mhz, b.power_w, b.clock_reasons, b.utilization_pct) == (208, 15.0, ["idle"], 0)
+    # 15 W of modelled time between the two reads, whenever exactly each was taken
+    assert 15.0 * SCALE * (t2 - t1) * 0.99 <= b.energy_j - a.energy_j <= 15.0 * SCALE * (t3 - t0) * 1.01 + 0.01
+
+
+def test_a_hardware_profile_without_a_gpu_serves_no_exporter():
+    with EmulatorThread(["--hardware", "zero"]) as emu:
+        assert request(emu.port, "GET", "/emulator/dcgm/metrics")[0] == 404
+        with pytest.raises(TelemetryUnavailable, match="answered HTTP 404"):
+            read(emu.url)
 
 
 def target(**kw) -> TargetConfig:

@@ -19,7 +19,7 @@ from loadgen.emulator import profiles
 from loadgen.emulator.calibration import spec_for
 from loadgen.emulator.simulate import SimPrompt, Window, build_engine, run_closed
 from loadgen.errors import ConfigError
-from loadgen.results import analysis, answer
+from loadgen.results import analysis
 from loadgen.results.schema import SCHEMA_VERSION
 from loadgen.twin import acceptance, crossover
 from loadgen.twin.model import load_twin
@@ -115,23 +115,6 @@ def predicted(tmp_path_factory):
         "targets": [{"name": "mtp", "twin": str(mtp.truth)}, {"name": "dflash2", "twin": str(dflash.truth)}]},
         Path("."))
     return folder / "results", run_predicted(exp, folder / "results", log=lambda *a: None)
-
-
-def test_a_predicted_run_is_an_ordinary_run_marked_predicted(predicted):
-    results, run_id = predicted
-    con = analysis.open_results(results, [run_id])
-    for name in analysis.list_queries():
-        table = analysis.run_query(con, name)
-        if "predicted" in table.column_names and table.num_rows:
-            assert set(table.column("predicted").to_pylist()) == {True}, name
-    levels = con.execute("SELECT target, concurrency, requests, tok_s, accept_len FROM level_metrics "
-                         "ORDER BY target, concurrency").fetchall()
-    assert [(t, c) for t, c, *_ in levels] == [(t, c) for t in ("dflash2", "mtp") for c in (1, 8, 32)]
-    assert all(n >= 100 and tok_s > 0 and acc > 1 for _, _, n, tok_s, acc in levels)
-    text = answer.answer_text(con, str(results), run_id)
-    assert "(PREDICTED: mtp by the twin of truth in run hidden-11" in text
-    [capacity] = [line for line in text.splitlines() if line.strip().startswith("mtp: at")]
-    assert capacity.endswith("PREDICTED"), capacity
 
 
 def test_older_folders_without_the_predicted_column_read_as_measured(tmp_path):
