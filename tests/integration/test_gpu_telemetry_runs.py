@@ -1,7 +1,5 @@
-"""GPU telemetry: the emulator's modelled GPU read through the DCGM reader the sampler uses (healthy against
---fault degraded-power), the exporter parser on dcgm-exporter's own page shape, /proc/meminfo's unified memory,
-which GPU each target's sampler reads, and the sampler inside a real run (real Ray, a real emulator). NVML needs
-an NVIDIA driver: its test skips here with the reason (tests/gpu/nvml_check.py is the check on a real GPU)."""
+"""GPU telemetry against a server: the emulator's modelled GPU read through the DCGM reader the sampler uses
+(healthy against --fault degraded-power), and the sampler inside a real run (real Ray, a real emulator)."""
 
 from __future__ import annotations
 

@@ -12,22 +12,14 @@ from pathlib import Path
 import pytest
 
 from loadgen.results.analysis import list_queries
-from sqlfixtures import Results
+from sqlfixtures import two_runs_mtp_vs_dflash
 
 REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture
 def folder(tmp_path) -> Path:
-    r = Results()
-    r.run("r1")
-    r.run("r2", started_ms=100_000)
-    for run in ("r1", "r2"):
-        r.step(run, 1, "mtp", target_index=0, algorithm="NEXTN")
-        r.step(run, 1, "df", target_index=1, algorithm="DFLASH")
-        r.request(run, 1, "mtp", f"{run}-a", sent_ms=1100, frames=[(1200, 1), (1300, 3)], spec_verify_ct=2)
-        r.request(run, 1, "df", f"{run}-b", sent_ms=1100, frames=[(1200, 1), (1300, 7)], spec_verify_ct=2)
-    return r.write(tmp_path / "results")
+    return two_runs_mtp_vs_dflash(tmp_path / "results")
 
 
 def _cli(folder: Path, *commands: str, cwd: Path) -> str:

@@ -1,11 +1,9 @@
-"""GPU telemetry: the emulator's modelled GPU read through the DCGM reader the sampler uses (healthy against
---fault degraded-power), the exporter parser on dcgm-exporter's own page shape, /proc/meminfo's unified memory,
-which GPU each target's sampler reads, and the sampler inside a real run (real Ray, a real emulator). NVML needs
-an NVIDIA driver: its test skips here with the reason (tests/gpu/nvml_check.py is the check on a real GPU)."""
+"""GPU telemetry without a server: the exporter parser on dcgm-exporter's own page shape, /proc/meminfo's unified
+memory, which GPU each target's sampler reads (the emulator against a server: integration/test_gpu_telemetry_runs).
+NVML needs an NVIDIA driver: its test skips here with the reason (tests/gpu/nvml_check.py is the check on a real
+GPU)."""
 
 from __future__ import annotations
-
-import asyncio
 
 import pytest
 
@@ -13,20 +11,8 @@ from loadgen.config import TargetConfig
 from loadgen.driver.telemetry import choose_source
 from loadgen.servers.telemetry import dcgm, meminfo
 from loadgen.servers.telemetry.nvml import NvmlReader
-from loadgen.servers.telemetry.readings import GpuReading, TelemetryUnavailable, decode_reasons
+from loadgen.servers.telemetry.readings import TelemetryUnavailable, decode_reasons
 from loadgen.servers.telemetry.source import TelemetrySource
-
-
-def read(url: str) -> GpuReading:
-    async def once() -> GpuReading:
-        reader = dcgm.DcgmReader(f"{url}/emulator/dcgm/metrics", None)
-        try:
-            await reader.open()
-            return (await reader.read())[0]
-        finally:
-            await reader.close()
-    return asyncio.run(once())
-
 
 LABELS = 'pci_bus_id="00000000:0D:00.0",device="nvidia{0}",modelName="NVIDIA H200",Hostname="n1",' \
          'DCGM_FI_DRIVER_VERSION="580.126.09"'
