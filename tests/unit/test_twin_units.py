@@ -23,7 +23,7 @@ from loadgen.results import analysis
 from loadgen.results.schema import SCHEMA_VERSION
 from loadgen.twin import acceptance, crossover
 from loadgen.twin.model import load_twin
-from loadgen.twin.predict import run_predicted, twin_targets
+from loadgen.twin.predict import twin_targets
 from loadgen.twin.whatif import load_target
 from sqlfixtures import Results
 from twinkit import hidden_profile
@@ -103,18 +103,6 @@ def test_bad_twin_files_and_targets_are_one_line_errors(tmp_path):
         {"name": "a", "url": "http://127.0.0.1:1"}, {"name": "b", "twin": str(hidden.truth)}]}, tmp_path)
     with pytest.raises(ConfigError, match=r"targets\[1\]\.twin: a twin runs in virtual time"):
         twin_targets(mixed)
-
-
-@pytest.fixture(scope="module")
-def predicted(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("predicted")
-    mtp, dflash = hidden_profile(11, folder / "m", "mtp"), hidden_profile(12, folder / "d", "dflash2")
-    exp = parse_experiment({
-        "run": {"name": "pred"}, "load": {"concurrency": [1, 8, 32], "warmup_s": 2.0, "measure_s": 20.0},
-        "slo": {"tpot_ms": 30.0}, "prompts": {"seed": 1, "max_new_tokens": 64, "ignore_eos": True},
-        "targets": [{"name": "mtp", "twin": str(mtp.truth)}, {"name": "dflash2", "twin": str(dflash.truth)}]},
-        Path("."))
-    return folder / "results", run_predicted(exp, folder / "results", log=lambda *a: None)
 
 
 def test_older_folders_without_the_predicted_column_read_as_measured(tmp_path):
