@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for the report's browser test (tests/test_report.py), from the Debian packages.
+# Headless Chromium for the report's browser test (tests/integration/test_report_chromium.py), from the Debian packages.
 # Skips when a chromium is already on PATH. Downloaded .debs stay in apt's cache (/var/cache/apt/archives),
 # which a CI runner may keep between runs; the package lists are refreshed only when older than a day.
 # Never fatal: without Chromium the browser test skips and says why.

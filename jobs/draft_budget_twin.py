@@ -4,7 +4,7 @@
 
 Measures MTP and DFlash2 (budget 8) at three levels, fits a twin of each, predicts budgets 4 and 6 (and 8) at every
 level, then confirms each budget's crossover with the twin-seeded search; prints where the crossover moves,
-predicted and measured (loadgen/driver/budget.py, docs/twin.md).
+predicted and measured (loadgen/campaigns/budget.py, docs/twin.md).
 """
 
 import argparse
@@ -12,7 +12,7 @@ import functools
 import sys
 import time
 
-from loadgen.driver.budget import run_job
+from loadgen.campaigns.budget import run_job
 from loadgen.errors import LoadgenError, user_message
 
 log = functools.partial(print, flush=True)

@@ -25,12 +25,13 @@ def _adhoc(args: argparse.Namespace) -> int:
     stop.install()   # before the slow imports: a stop signal from here on stops the run cleanly
     from pathlib import Path
 
-    from loadgen.driver.capacity import results_folder  # first: it sets Ray's log options before Ray is imported
+    from loadgen.driver import capacity  # noqa: F401  (first: it sets Ray's log options before Ray is imported)
     # isort: split
     from loadgen.config import parse_experiment
     from loadgen.driver import ray_setup, reach
     from loadgen.driver.runner import RunResult, run_experiment
     from loadgen.results import analysis
+    from loadgen.results.folder import results_folder
     from loadgen.results.sink import check_writable
     experiment = adhoc_experiment(args)
     try:
@@ -212,8 +213,10 @@ def _twin_parser(sub: Any) -> None:
 
 
 def _check_draft(args: argparse.Namespace) -> int:
+    from loadgen.config import PROFILES_DIR, load_profile
     from loadgen.servers.draftcheck import run_check
-    return run_check(args.path, args.expect, args.profile)
+    flags = load_profile(args.profile, PROFILES_DIR, "--profile").flags if args.profile else None
+    return run_check(args.path, args.expect, flags)
 
 
 def build_parser() -> argparse.ArgumentParser:

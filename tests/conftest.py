@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -10,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from aiohttp import web_runner
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
@@ -67,6 +70,36 @@ def no_stop_carried_over() -> Iterator[None]:
     from loadgen.driver import stop
     yield
     stop.uninstall()
+
+
+UNIT = Path(__file__).parent / "unit"
+_in_unit_test = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Notes whether a tests/unit/ test runs, its fixtures of every scope included."""
+    global _in_unit_test
+    _in_unit_test = UNIT in item.path.parents
+    yield
+    _in_unit_test = False
+
+
+def _unit_refuses(what: str, original: Callable) -> Callable:
+    """tests/unit/ is the fast tier: no subprocess (so no Ray, no emulator process) and no server, in-process or not
+    (a listening socket, an aiohttp site on any loop). A unit test that starts one fails, naming what it started:
+    it belongs in tests/integration/ or tests/e2e/ (tests/README.md)."""
+    @functools.wraps(original)
+    def guarded(*args: object, **kwargs: object) -> object:
+        if _in_unit_test:
+            raise AssertionError(f"a unit test started {what}: move it to tests/integration/ or tests/e2e/")
+        return original(*args, **kwargs)
+    return guarded
+
+
+subprocess.Popen.__init__ = _unit_refuses("a subprocess", subprocess.Popen.__init__)
+socket.socket.listen = _unit_refuses("a server (a listening socket)", socket.socket.listen)
+web_runner.BaseSite.start = _unit_refuses("a server (an aiohttp site)", web_runner.BaseSite.start)
 
 
 @pytest.fixture(scope="session")
@@ -167,13 +200,14 @@ def ray_head(tmp_dir: str, *head_args: str, workers: Sequence[Sequence[str]] = (
         psutil.wait_procs(list(victims), timeout=10)
 
 
-def submit_job(address: str, entrypoint: list[str], timeout_s: float = 240,
-               options: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """`ray job submit --working-dir <repo> [options]`; retried only while the new head's job agent is not up
-    yet."""
+def submit_job(address: str, entrypoint: list[str], timeout_s: float = 240, options: tuple[str, ...] = (),
+               working_dir: Path | None = REPO) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir <repo> [options]` (no --working-dir where `working_dir` is None); retried only
+    while the new head's job agent is not up yet."""
     deadline = time.monotonic() + 60
+    upload = ("--working-dir", str(working_dir)) if working_dir else ()
     while True:
-        job = subprocess.run(["ray", "job", "submit", "--address", address, "--working-dir", str(REPO), *options,
+        job = subprocess.run(["ray", "job", "submit", "--address", address, *upload, *options,
                               "--", *entrypoint], capture_output=True, text=True, timeout=timeout_s)
         if "No available agent to submit job" not in job.stderr or time.monotonic() > deadline:
             return job

@@ -100,3 +100,16 @@ class Results:
                 batch = batch_from_rows(table, rows) if rows else schema.empty_table()
                 pq.write_table(pa.Table.from_batches([batch]) if rows else batch, part / "part-0-0.parquet")
         return root
+
+
+def two_runs_mtp_vs_dflash(root: Path) -> Path:
+    """Runs r1 and r2, each one step of mtp (4 tokens in 1 s) and df (8 tokens): the queries' smallest comparison."""
+    r = Results()
+    r.run("r1")
+    r.run("r2", started_ms=100_000)
+    for run in ("r1", "r2"):
+        r.step(run, 1, "mtp", target_index=0, algorithm="NEXTN")
+        r.step(run, 1, "df", target_index=1, algorithm="DFLASH")
+        r.request(run, 1, "mtp", f"{run}-a", sent_ms=1100, frames=[(1200, 1), (1300, 3)], spec_verify_ct=2)
+        r.request(run, 1, "df", f"{run}-b", sent_ms=1100, frames=[(1200, 1), (1300, 7)], spec_verify_ct=2)
+    return r.write(root)

@@ -2,7 +2,7 @@
 to +-30% at random (a seed the test logs), the truth as a twin file of those very numbers (the emulator's model in
 virtual time: what the hidden server does without HTTP), and a measured grid of a few levels against it.
 
-Used by tests/test_twin.py and tests/benchmarks/bench_twin.py.
+Used by tests/e2e/test_twin.py and tests/benchmarks/bench_twin.py.
 """
 
 from __future__ import annotations

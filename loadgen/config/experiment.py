@@ -4,12 +4,14 @@ sent. Unknown keys are errors (a misspelt key that is silently ignored is a wron
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen.client.arrivals import OpenLoopConfig, parse_open_loop
 from loadgen.config.fleet import Fleet, parse_fleet
+from loadgen.config.openloop import OpenLoopConfig, parse_open_loop
 from loadgen.config.ramp import RampConfig, parse_ramp, ramp_given
 from loadgen.config.search import SearchConfig, parse_search
 from loadgen.config.tables import StrictTable, check_name, load_toml
@@ -18,6 +20,7 @@ from loadgen.config.trace import TraceConfig, check_warmup, parse_trace, trace_p
 from loadgen.errors import ConfigError
 from loadgen.prompts.mix import PromptsConfig, parse_prompts_config
 from loadgen.results.slo import Slo, parse_slo
+from loadgen.servers.secrets import masked
 
 
 @dataclass(frozen=True)
@@ -219,3 +222,15 @@ def _choice(t: StrictTable, name: str, options: tuple[str, ...]) -> str:
     return value
 
 
+def experiment_document(exp: Experiment) -> dict:
+    """What the hash covers: the experiment as written (secrets masked, --slo applied) and every target as
+    resolved (a fleet's profiles are in other files). Paths are left out: `ray job submit` unpacks the
+    working directory somewhere new each time."""
+    targets = [{"name": t.name, "flavor": t.flavor, "url": t.url, "emulator_args": list(t.emulator_args),
+                "node": t.node, "model": t.model} for t in exp.targets]
+    return {"config": masked(exp.raw), "targets": targets}
+
+
+def config_hash(exp: Experiment) -> str:
+    text = json.dumps(experiment_document(exp), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

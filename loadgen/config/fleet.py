@@ -5,15 +5,16 @@ servers restarted before it. Parsing only: placing actors on the nodes is loadge
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from loadgen.client.protocol import ADAPTERS
 from loadgen.config.tables import StrictTable, check_name, load_toml
-from loadgen.config.targets import TargetConfig, check_url, emulator_args, telemetry_options
+from loadgen.config.targets import FLAVORS, TargetConfig, check_url, emulator_args, telemetry_options
 from loadgen.errors import ConfigError
 
-PROFILES_DIR = Path(__file__).parents[2] / "infra" / "profiles"
+# The shipped launch profiles: package data, `loadgen/config/profiles` (a link to infra/profiles in a checkout)
+PROFILES_DIR = Path(str(resources.files("loadgen.config") / "profiles"))
 LAUNCHES = ("sglang", "emulator", "external")
 
 
@@ -110,8 +111,8 @@ def parse_fleet(raw: Any, base_dir: Path) -> Fleet:
 def _parse_merged(t: StrictTable, fleet_dir: Path, base_dir: Path) -> Fleet:
     name = t.get("name", str, "fleet")
     flavor = t.get("flavor", str, "sglang")
-    if flavor not in ADAPTERS:
-        raise ConfigError("fleet.flavor", f"unknown flavor {flavor!r}", f"use one of {', '.join(sorted(ADAPTERS))}")
+    if flavor not in FLAVORS:
+        raise ConfigError("fleet.flavor", f"unknown flavor {flavor!r}", f"use one of {', '.join(FLAVORS)}")
     launch = t.get("launch", str, "sglang")
     if launch not in LAUNCHES:
         raise ConfigError("fleet.launch", f"unknown launch {launch!r}", f"use one of {', '.join(LAUNCHES)}")

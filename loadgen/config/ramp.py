@@ -3,7 +3,7 @@
 Open loop the rates, closed loop the users (concurrency) ramp linearly or exponentially over `ramp_s` between
 consecutive levels, each level optionally held for `hold_s` around its ramps. The load runs on without a break;
 each ramp and each hold is a window of its own, written as a steps row of its own (docs/workloads.md), so every
-query reads the segments as it reads steps. The profile itself: loadgen.client.ramps.
+query reads the segments as it reads steps. The profile itself: loadgen.config.ramp_profile.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.client.ramps import SHAPES, Profile, build
+from loadgen.config.ramp_profile import SHAPES, Profile, build
 from loadgen.errors import ConfigError
 
 _NOT_WITH_RAMP = ("requests", "search", "stop_after_slo_failures", "min_measured_requests", "max_measure_s")

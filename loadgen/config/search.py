@@ -1,4 +1,4 @@
-"""The capacity search's keys of [load], parsed into a SearchConfig (the search itself: loadgen.driver.search)."""
+"""The capacity search's keys of [load], parsed into a SearchConfig (the search itself: loadgen.plan.search)."""
 
 from __future__ import annotations
 

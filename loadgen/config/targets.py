@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-from loadgen.client.protocol import ADAPTERS
 from loadgen.config.tables import StrictTable, check_name
 from loadgen.errors import ConfigError
 from loadgen.servers.secrets import flag_ref, is_secret_name
 
 EMULATOR_ALGORITHMS = ("NONE", "EAGLE", "EAGLE3", "NEXTN", "DFLASH")
+
+# The API flavours (one adapter each: loadgen.client.protocol.ADAPTERS, whose keys are these)
+FLAVORS = ("openai-chat", "openai-completions", "sglang")
 
 
 @dataclass(frozen=True)
@@ -87,9 +89,9 @@ def parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
     name = check_name(t.get("name", str), f"{key}.name")
     # auto: the worker's preflight identifies the server (loadgen.servers.serverid)
     flavor = t.get("flavor", str, "auto")
-    if flavor != "auto" and flavor not in ADAPTERS:
+    if flavor != "auto" and flavor not in FLAVORS:
         raise ConfigError(f"{key}.flavor", f"unknown flavor {flavor!r}",
-                          f"use auto or one of {', '.join(sorted(ADAPTERS))}")
+                          f"use auto or one of {', '.join(FLAVORS)}")
     url = t.get("url", str, None)
     emulator = t.get("emulator", dict, None)
     twin_table = t.get("twin", (dict, str), None)

@@ -7,7 +7,6 @@ import functools
 import os
 import sys
 import time
-from pathlib import Path
 
 if not sys.stdout.isatty():
     # A log (`ray job logs`, a file, CI), not a terminal: what Ray forwards from the actors (their warnings and
@@ -23,6 +22,7 @@ from loadgen.driver.resume import load_resume  # noqa: E402
 from loadgen.driver.runner import RunResult, run_experiment  # noqa: E402
 from loadgen.errors import ConfigError, LoadgenError, user_message  # noqa: E402
 from loadgen.results import analysis, answer
+from loadgen.results.folder import JOB_RESULTS, results_folder  # noqa: E402
 from loadgen.results.sink import check_writable  # noqa: E402
 from loadgen.results.slo import parse_slo_flag  # noqa: E402
 from loadgen.twin.predict import run_predicted, twin_targets  # noqa: E402
@@ -31,27 +31,6 @@ log = functools.partial(print, flush=True)
 
 CAPACITY_QUERIES: tuple[str, ...] = ()   # the answer (loadgen/results/answer.py) is the capacity job's output
 FLEET_QUERIES = ("fleet_nodes", "fleet_capacity")
-
-
-JOB_RESULTS = "~/loadgen-results"   # the default under `ray job submit`: on the driver's node, outside Ray's session
-
-
-def under_ray_job() -> bool:
-    """True when this process is the driver of a `ray job submit` job: its working directory is Ray's unpacked
-    package under the session folder, which is deleted with the Ray session."""
-    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ or "runtime_resources" in Path.cwd().parts
-
-
-def results_folder(given: str | None) -> Path:
-    """The absolute results folder: `given` (the flag or run.results), else ./results; under a Ray job the
-    default is ~/loadgen-results and a relative path is taken from the home folder, never from the job's
-    temporary working directory."""
-    if not under_ray_job():
-        return Path(given or "results").expanduser().resolve()
-    if given is None:
-        return Path(JOB_RESULTS).expanduser().resolve()
-    path = Path(given).expanduser()
-    return path if path.is_absolute() else (Path.home() / path).resolve()
 
 
 def run_capacity(config_path: str, results: str | None, ray_address: str | None,

@@ -12,9 +12,9 @@ import ray
 
 from loadgen.config import Experiment, TargetConfig
 from loadgen.driver import stop
-from loadgen.driver.plan import Judge, Verdicts
 from loadgen.driver.progress import Console
 from loadgen.driver.resume import ResumeState
+from loadgen.plan.steps import Judge, Verdicts
 from loadgen.results import analysis
 
 

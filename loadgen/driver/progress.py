@@ -17,7 +17,7 @@ from typing import TextIO
 
 from loadgen.client.messages import NOT_FAILED, WorkerProgress
 from loadgen.clock import now_ns
-from loadgen.driver.plan import TargetLoad
+from loadgen.plan.steps import TargetLoad
 from loadgen.values import counted
 
 REDRAW_S = 0.5        # on a terminal: the live line's redraw period

@@ -10,33 +10,18 @@ steps out, and the plan runs them again under new step ids after the highest one
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
-from loadgen.config import Experiment
+from loadgen.config import Experiment, config_hash
 from loadgen.errors import LoadgenError
 from loadgen.servers.secrets import masked
 
 DONE = ("complete", "failed")   # step statuses a resume keeps
 GridKey = tuple[int, frozenset]  # (repeat, {(target, level)}): a grid step, as plan.GridPlan skips it
-
-
-def experiment_document(exp: Experiment) -> dict:
-    """What the hash covers: the experiment as written (secrets masked, --slo applied) and every target as
-    resolved (a fleet's profiles are in other files). Paths are left out: `ray job submit` unpacks the
-    working directory somewhere new each time."""
-    targets = [{"name": t.name, "flavor": t.flavor, "url": t.url, "emulator_args": list(t.emulator_args),
-                "node": t.node, "model": t.model} for t in exp.targets]
-    return {"config": masked(exp.raw), "targets": targets}
-
-
-def config_hash(exp: Experiment) -> str:
-    text = json.dumps(experiment_document(exp), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import ray
 
 from loadgen import __version__
 from loadgen.clock import anchor, now_ns
+from loadgen.config import config_hash
 from loadgen.driver.bringup import Target
 from loadgen.driver.context import RunContext
-from loadgen.driver.plan import PlannedStep, TargetLoad
-from loadgen.driver.resume import config_hash
+from loadgen.plan.steps import PlannedStep, TargetLoad
 from loadgen.results import schema
 from loadgen.servers.probe import server_info_samples
 from loadgen.servers.secrets import masked

@@ -29,12 +29,12 @@ from loadgen.driver import stop, twinseed
 from loadgen.driver.bringup import Target, bring_up, tear_down
 from loadgen.driver.context import RunContext, StepAborted, actor
 from loadgen.driver.placement import LocalPlacement, placement_for
-from loadgen.driver.plan import make_plan
 from loadgen.driver.progress import Console
 from loadgen.driver.resume import ResumeState
 from loadgen.driver.rows import write_run
 from loadgen.driver.step import START_DELAY_S, run_step
 from loadgen.errors import ConfigError
+from loadgen.plan.steps import make_plan
 from loadgen.results.sink import ResultsSink, check_writable, flush
 from loadgen.values import counted
 

@@ -16,7 +16,7 @@ from loadgen.client.arrivals import ArrivalSpec
 from loadgen.client.messages import WorkerProgress
 from loadgen.client.ramps import UserRamp
 from loadgen.config import LoadConfig
-from loadgen.driver.plan import PlannedStep, TargetLoad, split_concurrency
+from loadgen.plan.steps import PlannedStep, TargetLoad, split_concurrency
 
 
 def window_s(load: LoadConfig, step: PlannedStep) -> tuple[float, float] | None:

@@ -15,11 +15,11 @@ from loadgen.config import LoadConfig
 from loadgen.driver import serverdeath, shapes, stop, telemetry
 from loadgen.driver.bringup import Target
 from loadgen.driver.context import RunContext, StepAborted
-from loadgen.driver.plan import PlannedStep, split_concurrency
 from loadgen.driver.progress import StepProgress, step_label
 from loadgen.driver.rows import step_row, write_server_info_samples
 from loadgen.driver.window import Drain, close_windows, stop_workers, wait_for_drain, write_lost_rows
 from loadgen.errors import TargetError
+from loadgen.plan.steps import PlannedStep, split_concurrency
 from loadgen.results import schema
 
 START_DELAY_S = 0.5         # time for every worker to receive `start_step` before the shared start instant

@@ -1,5 +1,5 @@
 """A twin-seeded capacity search (search_start = "twin", docs/twin.md): before any load, each target's twin predicts
-its capacity at the run's SLO (loadgen/twin/seed.py), and the search starts there (loadgen/driver/search.py)."""
+its capacity at the run's SLO (loadgen/twin/seed.py), and the search starts there (loadgen/plan/search.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """DuckDB over a results folder: the views of queries/views.sql and the named queries beside it.
 
 The .sql files are the product (users run them from the duckdb CLI); this module only sets the DuckDB
-variables they read (`results`, `run_ids`, query parameters), runs them, and renders the result. The
-queries/ folder is found next to the package: `Path(__file__).parents[2] / "queries"`.
+variables they read (`results`, `run_ids`, query parameters), runs them, and renders the result. The SQL is
+package data, `loadgen/results/queries` (a link to the top-level queries/ in a checkout, the files in a wheel).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import io
 import json
 import math
 import re
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +23,8 @@ from loadgen.errors import LoadgenError
 from loadgen.results.schema import SCHEMA_VERSION
 from loadgen.results.slo import Verdict
 
-QUERIES_DIR = Path(__file__).parents[2] / "queries"
+# Installed as files (a wheel, a checkout), never a zip: the queries are read as paths.
+QUERIES_DIR = Path(str(resources.files("loadgen.results") / "queries"))
 
 # Parameters a query reads as DuckDB variables (SET VARIABLE name = value), with what they mean.
 PARAMS: dict[str, str] = {

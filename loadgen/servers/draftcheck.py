@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.config.fleet import PROFILES_DIR, load_profile
 from loadgen.values import as_int
 
 DFLASH1_ARCHS = ("DFlashDraftModel", "DFlashLagunaForCausalLM", "MuseGlimmerAssistantModel")
@@ -161,12 +160,10 @@ def check_flags(report: DraftReport, flags: dict[str, Any]) -> None:
 
 
 
-def run_check(path: str, expect: str | None = None, profile: str | None = None,
+def run_check(path: str, expect: str | None = None, flags: dict | None = None,
               out: Callable[[str], None] = print) -> int:
-    """`loadgen check-draft`: print the verdict; 1 when the draft is not `expect` or anything is wrong."""
-    flags = None
-    if profile is not None:
-        flags = load_profile(profile, PROFILES_DIR, "--profile").flags
+    """`loadgen check-draft`: print the verdict; 1 when the draft is not `expect` or anything is wrong. `flags`:
+    the launch flags the draft is checked against (`--profile`'s)."""
     report = check_draft(path, flags)
     for line in report.lines():
         out(line)

@@ -58,7 +58,7 @@ def _pct(value: float | None) -> str:
 
 
 def predict_command(args: argparse.Namespace) -> int:
-    from loadgen.driver.capacity import results_folder
+    from loadgen.results.folder import results_folder
     if (args.config is None) == (args.twin is None):
         raise ConfigError("--config", "give exactly one of --config (an experiment whose targets are twins) or "
                           "--twin (one twin file)", "e.g. --twin mtp.toml --concurrency 1 2 4 8 16 32 64")

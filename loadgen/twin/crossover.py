@@ -1,6 +1,6 @@
 """Where one series overtakes another (the field report's question: up to which concurrency is DFlash2 ahead of
 MTP?), predicted by twins and confirmed by measurement with the same search the capacity uses
-(loadgen/driver/search.py: a pure function of verdicts), here on the verdict "the other series is ahead".
+(loadgen/plan/search.py: a pure function of verdicts), here on the verdict "the other series is ahead".
 
 A level's verdict: passed when the other series' median aggregate tok/s (views.sql level_results, over the
 level's steps) is above the baseline's; clear when the ranges over repeats do not overlap, or, with a single

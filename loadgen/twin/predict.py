@@ -22,11 +22,10 @@ from pathlib import Path
 
 from loadgen import __version__
 from loadgen.clock import anchor, now_ns
-from loadgen.config import Experiment
-from loadgen.driver.plan import PlannedStep, TargetLoad, Verdicts, make_plan
-from loadgen.driver.resume import config_hash
+from loadgen.config import Experiment, config_hash
 from loadgen.emulator.simulate import LevelRun, SimPrompt
 from loadgen.errors import ConfigError
+from loadgen.plan.steps import PlannedStep, TargetLoad, Verdicts, make_plan
 from loadgen.prompts import Prompt
 from loadgen.prompts.length import prompt_texts
 from loadgen.prompts.mix import PromptMix

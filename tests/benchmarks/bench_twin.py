@@ -33,10 +33,10 @@ import conftest  # noqa: E402,F401  (the tests' Ray token auth, set before Ray i
 import ray  # noqa: E402
 
 from llamaserver import LlamaServer, llama_server_paths  # noqa: E402
+from loadgen.campaigns import budget  # noqa: E402
 from loadgen.config import parse_experiment  # noqa: E402
 from loadgen.config.search import TwinStart  # noqa: E402
 from loadgen.config.targets import TwinRef  # noqa: E402
-from loadgen.driver import budget  # noqa: E402
 from loadgen.driver.runner import run_experiment  # noqa: E402
 from loadgen.emulator.calibration import SETUPS  # noqa: E402
 from loadgen.emulator.launch import EmulatorProcess  # noqa: E402

@@ -6,7 +6,7 @@ Reads the GPU ten times a second with loadgen.servers.telemetry.nvml.NvmlReader 
 checks that power and the SM clock rise under load, that the total-energy counter never goes back and matches
 the power integrated over time within 5%, and that the clock-event reasons decode (idle when idle). Prints a
 table per phase and each check; exit 1 when a check fails. Without an NVIDIA driver it says why and exits 0
-(CI has no GPU: tests/test_gpu_telemetry.py's NVML test skips with the same reason).
+(CI has no GPU: tests/unit/test_gpu_telemetry.py's NVML test skips with the same reason).
 """
 
 from __future__ import annotations
