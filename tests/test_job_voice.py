@@ -9,6 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from loadgen.config.cost import Prices
+from loadgen.results import analysis
+
 REPO = Path(__file__).parents[1]
 
 EMULATOR = """
@@ -35,6 +40,10 @@ schedule = "together"
 seed = 1
 max_new_tokens = 24
 ignore_eos = true
+
+[cost]
+node_hour = 2.10
+energy_kwh = 0.30
 
 [[targets]]
 name = "box-a-with-a-name-long-enough-to-wrap-its-line"
@@ -70,3 +79,16 @@ def test_an_a_a_job_speaks_once_in_lines_of_120_columns_without_ray_warnings(tmp
     assert [row[0] for row in rows] == ["C=2", "C=4"] and all(int(n) > 0 for row in rows
                                                                for n in row[1].split("/")), rows
     assert re.search(r"(no difference|too close to call|ahead) at C=", head) and "no level" not in head, head
+    # the cost at the file's prices: each level's window seconds from the steps rows, the GPU's joules, the tokens
+    con = analysis.open_results(results)
+    costs = analysis.run_query(con, "cost").to_pylist()
+    steps = [dict(zip(("target", "concurrency", "t_measure_start_ns", "t_measure_end_ns"), row)) for row in
+             con.execute("SELECT target, concurrency, t_measure_start_ns, t_measure_end_ns FROM steps").fetchall()]
+    assert len(costs) == 4 and all(r["energy_j"] > 0 and r["tokens"] > 0 for r in costs), costs
+    for r in costs:
+        [step] = [s for s in steps if s["target"] == r["target"] and s["concurrency"] == r["concurrency"]]
+        assert r["window_s"] == pytest.approx((step["t_measure_end_ns"] - step["t_measure_start_ns"]) / 1e9, abs=1e-3)
+        assert r["cost_per_m_tokens"] == pytest.approx(
+            Prices(2.10, 0.30).per_million_tokens(r["window_s"], r["energy_j"], r["tokens"]), rel=1e-3)
+    cheapest = min(r["cost_per_m_tokens"] for r in costs)
+    assert f"{cheapest:.3g} at C=" in next(line for line in lines if line.startswith("  cost per M output tokens"))

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 
 from loadgen.results import analysis
-from loadgen.results.gpu_answer import energy_lines, hardware_lines  # GPU telemetry, when the run has it
+from loadgen.results.gpu_answer import cost_lines, energy_lines, hardware_lines  # GPU telemetry, when the run has it
 from loadgen.results.slo_answer import capacity_lines  # the capacity at the SLO, when the run has one
 from loadgen.values import WIDTH, fitted
 
@@ -255,6 +255,7 @@ def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -
     words += [f"{c.other} vs {c.baseline}: {c.headline}" for c in found] or [
         "one series only: nothing to compare (add a second target to compare algorithms)"]
     words += hardware_lines(con) + capacity_lines(con) + [f"energy: {line}" for line in energy_lines(con)]
+    words += cost_lines(analysis.run_query(con, "cost").to_pylist())
     if any(lv.emulated for c in found for lv in c.levels):
         words.append("(emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
     lines = ["", "answer:"] + [fitted(f"  {line}") for line in words]
@@ -278,15 +279,15 @@ def write_summary(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str,
     found = comparisons(con)
     folder = summary_dir(results_dir, run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    fleet = fleet_lines(con)
+    fleet, cost = fleet_lines(con), cost_lines(analysis.run_query(con, "cost").to_pylist())
     data = {"run_id": run_id, "status": status, "fleet": fleet, "capacity": capacity_lines(con),
-            "hardware": hardware_lines(con), "energy": energy_lines(con),
+            "hardware": hardware_lines(con), "energy": energy_lines(con), "cost": cost,
             "comparisons": [asdict(c) for c in found]}
     (folder / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
     md = [f"# {run_id} ({status})", ""] + [f"- **{line}**" for line in fleet]
     md += [f"- **{c.other} vs {c.baseline}**: {c.headline}" for c in found] + [
         f"- **{line}**" for line in hardware_lines(con)] + [f"- {line}" for line in capacity_lines(con)] + [
-        f"- energy: {line}" for line in energy_lines(con)]
+        f"- energy: {line}" for line in energy_lines(con)] + [f"- {line}" for line in cost]
     for c in found:
         md += ["", f"## {c.other} vs {c.baseline}", "", _markdown(c)]
     (folder / "summary.md").write_text("\n".join(md) + "\n")
