@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from loadgen.config.cost import Prices, read_prices
 from loadgen.config.fleet import Fleet, parse_fleet
 from loadgen.config.openloop import OpenLoopConfig, parse_open_loop
 from loadgen.config.ramp import RampConfig, parse_ramp, ramp_given
@@ -63,6 +64,7 @@ class Experiment:
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
     fleet: Fleet | None = None       # when the file has [fleet] instead of [[targets]]
     slo: Slo | None = None           # [slo]: what an acceptable experience is; steps pass or fail it
+    cost: Prices | None = None       # [cost]: what a node hour and a kWh cost; a [[targets]]'s own: TargetConfig.cost
 
 
 def load_experiment(path: str | Path, slo: dict[str, float] | None = None) -> Experiment:
@@ -91,6 +93,8 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
         key = "load.search" if load.search else "load.stop_after_slo_failures"
         raise ConfigError(key, "needs an SLO to judge steps by",
                           "add an [slo] table, e.g. ttft_ms = 2000 and tpot_ms = 100 (or --slo)")
+    cost_table = top.get("cost", dict, None)
+    cost = None if cost_table is None else read_prices(cost_table)   # checked before a target's table over it
     fleet_table = top.get("fleet", dict, None)
     raw_targets = top.get("targets", list, ... if fleet_table is None else [])
     top.done()
@@ -103,7 +107,7 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
     elif not raw_targets:
         raise ConfigError("targets", "is empty", "add at least one [[targets]] table")
     else:
-        targets = tuple(parse_target(t, f"targets[{i}]", base_dir) for i, t in enumerate(raw_targets))
+        targets = tuple(parse_target(t, f"targets[{i}]", base_dir, cost_table) for i, t in enumerate(raw_targets))
     names = [t.name for t in targets]
     for i, t in enumerate(targets):
         if names.index(t.name) != i:
@@ -114,7 +118,7 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
         raise ConfigError("targets", "two targets have the same url", "list each server once")
     if load.search is not None and isinstance(load.search.twin, dict):
         load = replace(load, search=replace(load.search, twin=_search_twins(load.search.twin, names, base_dir)))
-    return Experiment(name, results, load, prompts, targets, source, data, fleet, slo)
+    return Experiment(name, results, load, prompts, targets, source, data, fleet, slo, cost)
 
 
 def _search_twins(table: dict, names: list[str], base_dir: Path) -> tuple[tuple[str, TwinRef], ...]:

@@ -64,6 +64,9 @@ class StrictTable:
             names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
             scalar = isinstance(value, (bool, int, float, str))
             fix = f"write `{name} = [{_toml(value)}]`" if list in kinds and scalar else ""
+            if float in kinds and not fix:
+                fix = (f"write the number without quotes: `{name} = {value}`" if _number(value) is not None
+                       else f"write a number: `{name} = <number>`")
             raise ConfigError(key, f"must be {names}, got {type(value).__name__} {value!r}", fix)
         return value
 
@@ -71,7 +74,8 @@ class StrictTable:
         value = self.get(name, float, default)
         if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
             bound = ">= 0" if allow_zero else "> 0"
-            raise ConfigError(self._key(name), f"must be a finite number {bound}, got {value!r}")
+            raise ConfigError(self._key(name), f"must be a finite number {bound}, got {value!r}",
+                              f"give `{name}` a number {bound}")
         return value
 
     def done(self) -> None:
@@ -81,6 +85,14 @@ class StrictTable:
             known = ", ".join(sorted(self.used))
             fix = f"did you mean `{close[0]}`? (known keys here: {known})" if close else f"known keys here: {known}"
             raise ConfigError(self._key(unknown[0]), "unknown key", fix)
+
+
+def _number(value: Any) -> float | None:
+    """A number written as text (`"2.10"`), else None."""
+    try:
+        return float(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def _toml(value: bool | int | float | str) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+from loadgen.config.cost import Prices, read_prices
 from loadgen.config.tables import StrictTable, check_name
 from loadgen.errors import ConfigError
 from loadgen.servers.secrets import flag_ref, is_secret_name
@@ -81,10 +82,11 @@ class TargetConfig:
     telemetry: str | None = None     # the server's DCGM exporter (http://node:9400/metrics); docs/telemetry.md
     telemetry_gpus: tuple[str, ...] | None = None   # the GPUs (index or UUID) that serve it; None: every one shown
     twin: TwinRef | None = None      # [targets.twin]: a twin run in virtual time instead of a server
+    cost: Prices | None = None       # [cost] with this target's [targets.cost] over it, key by key; None: no prices
 
 
-def parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
-    """One [[targets]] table."""
+def parse_target(raw: Any, key: str, base_dir: Path, cost: dict | None = None) -> TargetConfig:
+    """One [[targets]] table; `cost`: the file's [cost] table, which its own [targets.cost] overrides key by key."""
     t = StrictTable(raw, key)
     name = check_name(t.get("name", str), f"{key}.name")
     # auto: the worker's preflight identifies the server (loadgen.servers.serverid)
@@ -118,9 +120,12 @@ def parse_target(raw: Any, key: str, base_dir: Path) -> TargetConfig:
         api_key_file = str((base_dir / api_key_file).resolve())  # read on the worker, at preflight
     openai = _openai_options(t, key, flavor)
     telemetry, gpus = telemetry_options(t, key)
+    own_cost = t.get("cost", dict, None)
     t.done()
+    prices = None if cost is None and own_cost is None else read_prices({**(cost or {}), **(own_cost or {})},
+                                                                         f"{key}.cost")
     return TargetConfig(name, flavor, url, args, node, api_key_env, api_key_file, *openai, telemetry, gpus,
-                        twin=twin)
+                        twin=twin, cost=prices)
 
 
 def telemetry_options(t: StrictTable, key: str) -> tuple[str | None, tuple[str, ...] | None]:

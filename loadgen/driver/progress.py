@@ -18,12 +18,12 @@ from typing import TextIO
 from loadgen.client.messages import NOT_FAILED, WorkerProgress
 from loadgen.clock import now_ns
 from loadgen.plan.steps import TargetLoad
-from loadgen.values import counted
+from loadgen.values import WIDTH, counted, fitted
 
 REDRAW_S = 0.5        # on a terminal: the live line's redraw period
 LOG_EVERY_S = 15.0    # in a log: a step's progress line at most this often
 LOG_FIRST_S = 30.0    # in a log: a step's first progress line once it has run this long
-LOG_WIDTH = 160       # a progress line in a log is cut to this many characters
+LOG_WIDTH = WIDTH     # a progress line in a log is cut to this many characters
 NAMED_TARGETS = 4     # a step's label names up to this many targets; more are counted
 EARLY_STOP = ("although ignore_eos was sent: it ignores ignore_eos, so outputs are shorter than asked (loadgen query "
               "workload_check; or run with --no-ignore-eos / prompts.ignore_eos = false)")
@@ -35,7 +35,7 @@ def grouped(what: str, said: Iterable[tuple[str, str]]) -> list[str]:
     names: dict[str, list[str]] = {}
     for name, text in said:
         names.setdefault(text, []).append(name)
-    return [f"{what} {who[0]}: {text}" if len(who) == 1 else f"{what}s {', '.join(who)}: {text}"
+    return [fitted(f"{what} {who[0]}: {text}" if len(who) == 1 else f"{what}s {', '.join(who)}: {text}")
             for text, who in names.items()]
 
 
@@ -180,7 +180,7 @@ class StepProgress:
         if self.live:
             self.console.live(text)
         else:
-            self.console.line(text)
+            self.console.line(fitted(text))
 
     def due(self) -> bool:
         """Time for the next redraw or progress line (the window loop polls the workers only then)."""
@@ -211,7 +211,7 @@ class StepProgress:
         """The step's summary, in place of the live line: `[step 3/6] done in 18.3 s: 22 ok, ...`."""
         self.console.end_live()
         head = f"{self.label}:" if self.live else self.name
-        self.console.line(f"{head} {outcome}{self._extension_text()}")
+        self.console.line(fitted(f"{head} {outcome}{self._extension_text()}"))
 
     def _tallies(self) -> list[Tally]:
         return tallies(self.targets, self.seen.values())

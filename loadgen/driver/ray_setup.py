@@ -23,11 +23,14 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 # setting from RAY_max_direct_call_object_size (infra/ray-*-fleet.sh).
 INLINE_ARGUMENT_BYTES = 4 << 20
 
+AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
+
 
 def connect(address: str | None = None) -> None:
     """Join the cluster at `address` (or $RAY_ADDRESS, as `ray job submit` sets it); else start a local Ray.
     The driver's own Ray log says warnings and errors only: its INFO lines (`Started a local Ray instance`,
-    `Connecting to existing Ray cluster`) are not the run's output. What the actors print still comes through."""
+    `Connecting to existing Ray cluster`) are not the run's output, nor is its warning that a local cluster uses token
+    auth, Ray's default and loadgen's (docs/fleets.md). What the actors print still comes through."""
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
@@ -37,6 +40,8 @@ def connect(address: str | None = None) -> None:
             ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING,
                      runtime_env={"env_vars": env} if env else None)
         else:
+            # its one warning here says that a new local Ray uses token auth: Ray's default and loadgen's, not news
+            logging.getLogger(AUTH_SETUP_LOGGER).setLevel(logging.ERROR)
             _private_default_token()
             ray.init(address="local", include_dashboard=False, log_to_driver=True, logging_level=logging.WARNING,
                      _system_config={"max_direct_call_object_size": INLINE_ARGUMENT_BYTES})

@@ -38,8 +38,15 @@ class Sampler:
     hardware: str        # JSON text
 
     def close(self) -> None:
-        if self.actor is not None:
-            ray.kill(self.actor)
+        """Its sampling task ended first: killed mid-task, the actor's asyncio would print `Task was destroyed but
+        it is pending!` into the run's output."""
+        if self.actor is None:
+            return
+        try:
+            ray.get(self.actor.close.remote(), timeout=10)
+        except (ray.exceptions.RayError, TimeoutError):
+            pass  # an actor that died or hangs: killed below all the same
+        ray.kill(self.actor)
 
 
 def on_loopback(url: str) -> bool:

@@ -10,16 +10,16 @@ for tok/s, acceptance, % change and signal; `measured` for the request counts), 
 from __future__ import annotations
 
 import json
-import textwrap
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import duckdb
 
-from loadgen.results.gpu_answer import energy_lines, hardware_lines  # GPU telemetry, when the run has it
+from loadgen.results import analysis
+from loadgen.results.gpu_answer import cost_lines, energy_lines, hardware_lines  # GPU telemetry, when the run has it
 from loadgen.results.slo_answer import capacity_lines  # the capacity at the SLO, when the run has one
+from loadgen.values import WIDTH, fitted
 
-WIDTH = 120        # the table fits a 120-column terminal or log viewer
 NAME_WIDTH = 12    # a series name in a column header is cut to this
 
 _LEVELS = """
@@ -92,14 +92,21 @@ def comparisons(con: duckdb.DuckDBPyConnection) -> list[Comparison]:
             for (run, base, other), levels in pairs.items()]
 
 
+CLOSE_PCT = 3.0   # loadgen.twin.crossover.CLEAR_PCT: with one repeat each, a smaller difference is not called
+
+
 def headline(baseline: str, other: str, levels: list[Level]) -> str:
     """`dflash2 ahead up to C=8 (+12..+33%), mtp ahead from C=16 (-2..-11%); crossover between 8 and 16; noise:
-    unknown, 1 repeat`. Percentages are the other series' tok/s vs the baseline's; a tie is left out."""
-    decided = [lv for lv in levels if lv.change_pct]
-    if not decided:
-        return f"{other} vs {baseline}: no level with both series measured"
+    unknown, 1 repeat`. Percentages are the other series' tok/s vs the baseline's. A level is called for the side
+    ahead only when the difference is a signal (outside the spread over repeats) or, with one repeat, at least
+    CLOSE_PCT; an exact tie (0.0%) reads "no difference", the rest "too close to call"."""
+    measured = [lv for lv in levels if lv.change_pct is not None]
+    if not measured:
+        return "no level with both series measured"
+    ties = [lv for lv in measured if lv.change_pct == 0]
+    close = [lv for lv in measured if lv.change_pct and not _called(lv)]
     runs: list[list[Level]] = []
-    for lv in decided:
+    for lv in (lv for lv in measured if _called(lv)):
         if runs and (_change(runs[-1][-1]) > 0) == (_change(lv) > 0):
             runs[-1].append(lv)
         else:
@@ -109,30 +116,59 @@ def headline(baseline: str, other: str, levels: list[Level]) -> str:
         leader = other if _change(run[0]) > 0 else baseline
         if len(levels) == 1:   # a search runs each target at its own levels: two may share only one
             where = f"at {run[0].level}, the only level both were measured at"
-        elif len(runs) == 1:
-            where = f"at every level ({run[0].level}..{_bare(run[-1])})" if len(run) > 1 else f"at {run[0].level}"
-        elif i == 0:
+        elif len(run) == len(levels):
+            where = f"at every level ({_range(run)})"
+        elif i == 0 and run[0] is levels[0] and len(runs) > 1:
             where = f"up to {run[-1].level}"
-        elif i == len(runs) - 1:
+        elif i == len(runs) - 1 and run[-1] is levels[-1] and len(runs) > 1:
             where = f"from {run[0].level}"
         else:
-            where = f"at {run[0].level}" + (f"..{_bare(run[-1])}" if len(run) > 1 else "")
+            where = f"at {_range(run)}"
         parts.append(f"{leader} ahead {where} ({_span([_change(lv) for lv in run])})")
+    if ties:
+        parts.append(f"no difference at {_where(ties, levels)}")
+    if close:   # inside the spread over repeats is said by the noise part; a one-repeat difference is sized here
+        within = (f" (within {max(abs(_change(lv)) for lv in close):.1f}%)"
+                  if all(lv.signal is None for lv in close) else "")
+        parts.append(f"too close to call at {_where(close, levels)}{within}")
     text = ", ".join(parts)
     crossings = [f"{_bare(before[-1])} and {_bare(after[0])}" for before, after in zip(runs, runs[1:])]
     if crossings:
         text += "; crossover between " + ", ".join(crossings)
-    return text + "; noise: " + _noise(decided)
+    return text + "; noise: " + _noise(measured)
+
+
+def _called(level: Level) -> bool:
+    """A difference the answer names a side for: a signal, or with unknown noise one of at least CLOSE_PCT."""
+    if not level.change_pct:
+        return False
+    return level.signal is True or (level.signal is None and abs(level.change_pct) >= CLOSE_PCT)
 
 
 def _change(level: Level) -> float:
-    """A decided level's change_pct (headline keeps only the levels whose change is set and not zero)."""
-    assert level.change_pct
+    """A level's change_pct (only levels whose change is set reach the headline's words)."""
+    assert level.change_pct is not None
     return level.change_pct
 
 
 def _bare(level: Level) -> str:
     return f"{level.value:g}"
+
+
+def _range(run: list[Level]) -> str:
+    """`C=1..32`, or `C=8` for one level."""
+    return run[0].level + (f"..{_bare(run[-1])}" if len(run) > 1 else "")
+
+
+def _where(chosen: list[Level], levels: list[Level]) -> str:
+    """The chosen levels as ranges of neighbours in `levels`: `C=2..4, C=16`."""
+    groups: list[list[Level]] = []
+    for lv in chosen:
+        if groups and levels.index(groups[-1][-1]) + 1 == levels.index(lv):
+            groups[-1].append(lv)
+        else:
+            groups.append([lv])
+    return ", ".join(_range(g) for g in groups)
 
 
 def _span(changes: list[float]) -> str:
@@ -193,26 +229,43 @@ def predicted_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return lines
 
 
+def fleet_lines(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """A node off its fleet's median (queries/fleet_nodes.sql `outlier`), one sentence each: `spark3 is off the
+    fleet (mtp): tok/s -22..-24% vs the fleet median of 4 nodes at C=1, C=8, C=16`."""
+    off: dict[tuple[str, str], list[dict]] = {}
+    for r in analysis.run_query(con, "fleet_nodes").to_pylist():
+        if r["outlier"]:
+            off.setdefault((r["node"], r["configuration"]), []).append(r)
+    lines = []
+    for (node, configuration), rows in off.items():
+        levels = ", ".join(f"C={r['concurrency']}" if r["rate"] is None else f"rate={r['rate']:g}/s" for r in rows)
+        accept = [r["accept_len_vs_fleet_pct"] for r in rows if round(r["accept_len_vs_fleet_pct"] or 0)]
+        lines.append(f"{node} is off the fleet ({configuration}): tok/s "
+                     f"{_span([r['tok_s_vs_fleet_pct'] for r in rows])}"
+                     + (f", acceptance {_span(accept)}" if accept else "")
+                     + f" vs the fleet median of {rows[0]['peers']} nodes at {levels}")
+    return lines
+
+
 def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -> str:
     """What the job prints after a run: headlines, then a table per comparison, then the command for the rest
     (the summary files' folder is the job's last line)."""
     found = comparisons(con)
-    lines = ["", "answer:"]
-    lines += [textwrap.fill(f"{c.other} vs {c.baseline}: {c.headline}", WIDTH, initial_indent="  ",
-                            subsequent_indent="    ") for c in found] or [
-        "  one series only: nothing to compare (add a second target to compare algorithms)"]
-    lines += [textwrap.fill(line, WIDTH, initial_indent="  ", subsequent_indent="    ") for line in hardware_lines(con)]
-    lines += [f"  {line}" for line in capacity_lines(con)]
-    lines += [textwrap.fill(f"energy: {line}", WIDTH, initial_indent="  ", subsequent_indent="    ")
-              for line in energy_lines(con)]
+    words = fleet_lines(con)   # a node off its fleet first
+    words += [f"{c.other} vs {c.baseline}: {c.headline}" for c in found] or [
+        "one series only: nothing to compare (add a second target to compare algorithms)"]
+    words += hardware_lines(con) + capacity_lines(con) + [f"energy: {line}" for line in energy_lines(con)]
+    words += cost_lines(analysis.run_query(con, "cost").to_pylist())
     if any(lv.emulated for c in found for lv in c.levels):
-        lines.append("  (emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
-    lines += predicted_lines(con, run_id)
+        words.append("(emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
+    lines = ["", "answer:"] + [fitted(f"  {line}") for line in words]
+    lines += [fitted(line) for line in predicted_lines(con, run_id)]
     for c in found:
-        lines += ["", f"{c.other} vs {c.baseline} (n = measured requests, {c.baseline}/{c.other}; acc = acceptance "
-                      "length; change = tok/s vs the baseline):", table(c)]
-    lines += ["", f"full tables: loadgen query compare_algorithms --results {results_dir} --run {run_id} "
-                  "(latency_by_concurrency and the rest: loadgen query --list)"]
+        lines += ["", fitted(f"{c.other} vs {c.baseline} (n = measured requests, {c.baseline}/{c.other}; "
+                             "acc = acceptance length; change = tok/s vs the baseline):"), table(c)]
+    # the command on a line of its own, whole, to be copied (the results folder is the user's: any length)
+    lines += ["", "full tables (latency_by_concurrency and the rest: loadgen query --list):",
+              f"  loadgen query compare_algorithms --results {results_dir} --run {run_id}"]
     return "\n".join(lines)
 
 
@@ -226,13 +279,15 @@ def write_summary(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str,
     found = comparisons(con)
     folder = summary_dir(results_dir, run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    data = {"run_id": run_id, "status": status, "capacity": capacity_lines(con), "hardware": hardware_lines(con),
-            "energy": energy_lines(con), "comparisons": [asdict(c) for c in found]}
+    fleet, cost = fleet_lines(con), cost_lines(analysis.run_query(con, "cost").to_pylist())
+    data = {"run_id": run_id, "status": status, "fleet": fleet, "capacity": capacity_lines(con),
+            "hardware": hardware_lines(con), "energy": energy_lines(con), "cost": cost,
+            "comparisons": [asdict(c) for c in found]}
     (folder / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
-    md = [f"# {run_id} ({status})", ""]
+    md = [f"# {run_id} ({status})", ""] + [f"- **{line}**" for line in fleet]
     md += [f"- **{c.other} vs {c.baseline}**: {c.headline}" for c in found] + [
         f"- **{line}**" for line in hardware_lines(con)] + [f"- {line}" for line in capacity_lines(con)] + [
-        f"- energy: {line}" for line in energy_lines(con)]
+        f"- energy: {line}" for line in energy_lines(con)] + [f"- {line}" for line in cost]
     for c in found:
         md += ["", f"## {c.other} vs {c.baseline}", "", _markdown(c)]
     (folder / "summary.md").write_text("\n".join(md) + "\n")

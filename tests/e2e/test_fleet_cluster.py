@@ -370,6 +370,8 @@ def test_a_node_in_degraded_power_is_named_in_the_answer_with_why(cluster, tmp_p
                                "--results", str(tmp_path / "results")])
     assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-3000:]
     said = " ".join(job.stdout.split())   # the answer wraps its lines at 120 columns
+    answer = job.stdout.split("\nanswer:\n", 1)[1]
+    assert answer.startswith("  spark2 is off the fleet (mtp): tok/s -"), answer   # first, in words (fleet_nodes)
     named = re.findall(r"(spark\d) ran at ([\d,]+) MHz median vs ([\d,]+) on its peers spark1, spark3 "
                        r"\(software power cap (\d+)% of the window\): its numbers are not comparable", said)
     assert [(n, clock, peers) for n, clock, peers, _ in named] == [("spark2", "802", "2,405")], job.stdout[-3000:]

@@ -110,4 +110,4 @@ def test_node_removed_mid_run(tmp_path):
                          f"read_parquet('{glob % 'server_samples'}') WHERE name = 'server_death'").fetchall()
     assert cause == "lost"
     assert any("spark2" in line and "dropped from the rest of the run" in line and "incomplete" in line
-               for line in job.stdout.splitlines()), out                            # the run's line names it
+               for line in job.stdout.replace("\n    ", " ").splitlines()), out   # the run's line (wrapped) names it

@@ -29,6 +29,7 @@ def test_embedded_ray_uses_token_auth_with_an_owner_only_token(tmp_path):
                          cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "mode token" in run.stdout and "task 42" in run.stdout
+    assert "Token authentication is enabled" not in run.stderr   # Ray's warning for its default: loadgen's too
     token = tmp_path / ".ray" / "auth_token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text()) == 64
     assert stat.S_IMODE(token.parent.stat().st_mode) == 0o700

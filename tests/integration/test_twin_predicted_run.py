@@ -39,5 +39,7 @@ def test_a_predicted_run_is_an_ordinary_run_marked_predicted(predicted):
     assert all(n >= 100 and tok_s > 0 and acc > 1 for _, _, n, tok_s, acc in levels)
     text = answer.answer_text(con, str(results), run_id)
     assert "(PREDICTED: mtp by the twin of truth in run hidden-11" in text
-    [capacity] = [line for line in text.splitlines() if line.strip().startswith("mtp: at")]
+    lines = text.splitlines()
+    [at] = [i for i, line in enumerate(lines) if line.strip().startswith("mtp: at")]
+    capacity = " ".join(line.strip() for line in lines[at:at + 2])   # wrapped at 120 columns
     assert capacity.endswith("PREDICTED"), capacity

@@ -22,8 +22,8 @@ SeriesKey = tuple[str, str, str | None, int | None]   # run_id, target, algorith
 
 QUERIES = ("runs", "compare_algorithms", "crossover", "repeats", "confounders", "acceptance_by_kind",
            "acceptance_by_position", "acceptance_sources", "throughput_by_concurrency", "latency_by_concurrency",
-           "errors_by_class", "client_health", "fleet_nodes", "hardware", "gpu_by_step", "energy", "by_turn",
-           "prefix_cache")
+           "errors_by_class", "client_health", "fleet_nodes", "hardware", "gpu_by_step", "energy", "cost",
+           "by_turn", "prefix_cache")
 # The SLO layer (capacity at an SLO, the search's probes, the Pareto frontier): used when queries/ has it.
 SLO_QUERIES = ("goodput", "capacity", "pareto")
 SLO_NAMES = ("ttft_ms", "tpot_ms", "e2e_s", "attainment", "max_error_rate")

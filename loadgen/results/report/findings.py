@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from loadgen.results.gpu_answer import cost_lines
 from loadgen.results.report.data import SMALL_SAMPLE, Report, Rows, level_text, pct
 
 
@@ -28,8 +29,13 @@ class Finding:
 def verdict(report: Report) -> list[Finding]:
     """The answer in words: per comparison who is faster where, the crossover and what is not known;
     capacity at the SLO; server settings that differ; warnings a reader must see before trusting it."""
-    return (_comparison_findings(report) + _capacity_findings(report) + _fleet_findings(report)
-            + _confounder_findings(report) + _warnings(report))
+    return (_comparison_findings(report) + _capacity_findings(report) + _cost_findings(report)
+            + _fleet_findings(report) + _confounder_findings(report) + _warnings(report))
+
+
+def _cost_findings(report: Report) -> list[Finding]:
+    """What a million output tokens cost at the run's prices, as the job's answer says it."""
+    return [Finding("answer", line) for line in cost_lines(report.data["cost"])]
 
 
 def comparison_pairs(report: Report) -> dict[tuple, Rows]:

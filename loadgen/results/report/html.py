@@ -31,6 +31,7 @@ SECTIONS = (
     ("fleet_nodes", "Nodes vs fleet median"),
     ("gpu_by_step", "GPU per step: clock, power, throttling, energy"),
     ("energy", "Tokens per joule"),
+    ("cost", "Cost per million output tokens, at the run's [cost] prices"),
     ("hardware", "Nodes and GPUs"),
     ("runs", "Runs"),
 )
