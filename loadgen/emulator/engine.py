@@ -138,8 +138,7 @@ class Engine:
         self._wake.set()
 
     def _plan(self, req: EmuRequest) -> None:
-        """Draw the request's output length (natural stop unless ignore_eos) and acceptance probability."""
-        prof = self.spec.profile
+        """Draw the request's output length (natural stop unless ignore_eos) and acceptance probabilities."""
         req.target_len = req.max_new_tokens
         if not req.ignore_eos:
             u = self.rng.random()
@@ -147,8 +146,15 @@ class Engine:
             natural = max(natural, req.min_new_tokens)
             if natural < req.max_new_tokens:
                 req.target_len, req.natural_stop = natural, True
-        p = prof.p_for(req.kind) + self.rng.gauss(0.0, prof.accept_sigma) if prof.accept_sigma else prof.p_for(req.kind)
-        req.p_accept = min(0.99, max(0.0, p))
+        req.p_accept = self._draw_p(req.kind)
+        if req.think_len:
+            req.p_think = self._draw_p("reasoning")   # the profile's own figure for thinking, else prose's
+
+    def _draw_p(self, kind: str) -> float:
+        """One request's acceptance probability for a kind of text: the profile's, spread by its accept_sigma."""
+        prof = self.spec.profile
+        p = prof.p_for(kind) + self.rng.gauss(0.0, prof.accept_sigma) if prof.accept_sigma else prof.p_for(kind)
+        return min(0.99, max(0.0, p))
 
     def abort(self, req: EmuRequest, status: str, message: str = "", status_code: int = 400) -> None:
         """Take a request out at once (frees its batch slot and KV reservation) and end its stream."""
@@ -291,7 +297,9 @@ class Engine:
         for req in batch:
             if req.status != "running":
                 continue
-            n = draw_accept(self.rng, req.p_accept, spec, len(req.output_ids)) if spec.enabled else 1
+            produced = len(req.output_ids)
+            p = req.p_think if produced < req.think_len else req.p_accept   # thinking drafts with its own p
+            n = draw_accept(self.rng, p, spec, produced) if spec.enabled else 1
             self._append(req, n, verify=spec.enabled)
         c.decode_steps += 1
         if c.decode_steps % self.decode_log_interval == 0:
@@ -311,6 +319,9 @@ class Engine:
             c.verify_steps += 1
             c.verify_tokens += n
             c.spec_verify_calls_total += 1
+            if len(req.output_ids) + n <= req.think_len:   # a step that reaches the answer counts as the answer's
+                req.think_verify_ct += 1
+                req.think_verify_tokens += n
         req.append_tokens(n, self.rng if self.text else None, self.model.eos_token_id)
         c.log_tokens += n
         c.generation_tokens_total += n
