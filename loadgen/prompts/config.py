@@ -25,7 +25,10 @@ BUILTIN_TEMPLATES: dict[str, tuple[str, ...]] = {
 FORMATS = ("jsonl", "sharegpt", "question-jsonl", "humaneval")
 
 _TOP_KEYS = ("seed", "max_new_tokens", "ignore_eos", "temperature", "min_prompt_chars",
-             "max_prompt_chars", "input_tokens", "system_prefix", "chat", "sources")
+             "max_prompt_chars", "input_tokens", "system_prefix", "chat", "sources", "extra_body")
+# Body fields loadgen sets itself on the OpenAI routes (client/protocol/openai.py): extra_body may not replace them
+_OWN_BODY_FIELDS = ("model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "stream",
+                    "stream_options", "ignore_eos", "return_spec_tokens_details", "rid", "cache_prompt", "cache_salt")
 MAX_INPUT_TOKENS = 1 << 20   # far above any context window: a larger value is a typo
 _PREFIX_KEYS = ("shared_prefix_tokens", "prefixes")
 _BUILTIN_KEYS = ("kind", "weight", "templates") + _PREFIX_KEYS
@@ -78,6 +81,7 @@ class PromptsConfig:
     chat: bool = False                # messages for chat routes, text for completion routes
     key: str = "prompts"
     input_tokens: InputTokens | None = None  # set: lengths in the server's tokens, the char bounds unused
+    extra_body: tuple[tuple[str, Any], ...] = ()  # more request-body fields (OpenAI routes), e.g. thinking controls
 
     def describe(self) -> str:
         """Short label for steps.prompt_mix, e.g. "code:0.5,prose:0.5"."""
@@ -126,7 +130,24 @@ def parse_prompts_config(table: dict, key: str = "prompts", base_dir: Path = Pat
         chat=_bool(table, "chat", False, key),
         key=key,
         input_tokens=input_tokens,
+        extra_body=parse_extra_body(table.get("extra_body"), f"{key}.extra_body"),
     )
+
+
+def parse_extra_body(raw: Any, key: str) -> tuple[tuple[str, Any], ...]:
+    """`extra_body = { chat_template_kwargs = { enable_thinking = false } }`: fields added to every request body of
+    the OpenAI routes, as they are; none may be a field loadgen sets itself."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ConfigError(key, f"must be a table, got {raw!r}",
+                          "write extra_body = { chat_template_kwargs = { enable_thinking = false } }")
+    for name in raw:
+        if name in _OWN_BODY_FIELDS:
+            hint = "max_new_tokens" if name in ("max_tokens", "max_completion_tokens") else name
+            raise ConfigError(f"{key}.{name}", "is a field loadgen sets itself",
+                              f"use prompts.{hint}" if hint in _TOP_KEYS else "drop it from extra_body")
+    return tuple(raw.items())
 
 
 def parse_input_tokens(raw: Any, key: str) -> InputTokens | None:
