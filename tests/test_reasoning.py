@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tomllib
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,10 +16,13 @@ import pytest
 
 from conftest import emulator
 from loadgen.client.http_stream import Endpoint, ReadLoop, stream_request
+from loadgen.client.preflight import ServerControl
 from loadgen.client.protocol.base import FrameBuffer, SamplingSpec, StreamState
 from loadgen.client.protocol.openai import OpenAIChatAdapter, OpenAIOptions
 from loadgen.clock import now_ns
+from loadgen.errors import ConfigError, TargetError
 from loadgen.prompts import Prompt
+from loadgen.prompts.config import parse_prompts_config
 from loadgen.results import analysis
 from sqlfixtures import Results, ns
 
@@ -161,3 +166,45 @@ def test_old_results_without_reasoning_columns_still_query(tmp_path):
         keep = [c for c in table.column_names if c not in ("t_first_answer_ns", "reasoning_tokens", "reasoning_from")]
         pq.write_table(pa.Table.from_arrays([table[c] for c in keep], names=keep), path)
     assert analysis.run_query(analysis.open_results(root), "reasoning").num_rows == 0
+
+
+def test_extra_body_a_server_refuses_stops_at_preflight(tmp_path):
+    """A thinking control the server answers with HTTP 400: one line naming the field and the fix, before any load
+    (the emulator, as SGLang's request model, refuses a chat_template_kwargs that is not an object); one it takes
+    passes."""
+    class Control(ServerControl):
+        def __init__(self, url: str, extra: tuple) -> None:
+            self.target = SimpleNamespace(name="thinker")  # type: ignore[assignment]
+            self.adapter = OpenAIChatAdapter(OpenAIOptions(model="m"))
+            self.sampling = SamplingSpec(16, True, 0.0, extra)
+            self.endpoint, self.reads = Endpoint(url), ReadLoop()
+
+    async def check(url: str, extra: tuple) -> None:
+        await Control(url, extra)._check_extra_body()
+
+    with emulator(*_emulator_flags(tmp_path)) as url:
+        asyncio.run(check(url, (("chat_template_kwargs", {"enable_thinking": False}), ("seed", 3))))
+        with pytest.raises(TargetError) as err:
+            asyncio.run(check(url, (("seed", 3), ("chat_template_kwargs", "off"))))
+    line = str(err.value)
+    assert "\n" not in line and "prompts.extra_body.chat_template_kwargs = 'off'" in line and "fix:" in line
+
+
+@pytest.mark.parametrize("extra, key, fix", [
+    ('"off"', "prompts.extra_body", "extra_body = {"),
+    ("{ max_tokens = 5 }", "prompts.extra_body.max_tokens", "prompts.max_new_tokens"),
+    ("{ stream = false }", "prompts.extra_body.stream", "drop it"),
+])
+def test_extra_body_config_errors(extra, key, fix):
+    table = tomllib.loads(f'extra_body = {extra}\n[[sources]]\nkind = "prose"\n')
+    with pytest.raises(ConfigError) as err:
+        parse_prompts_config(table)
+    assert err.value.key == key and fix in str(err.value)
+
+
+def test_extra_body_is_kept_and_sent():
+    table = tomllib.loads('max_new_tokens = 64\nextra_body = { chat_template_kwargs = { enable_thinking = false } }\n'
+                          '[[sources]]\nkind = "prose"\n')
+    cfg = parse_prompts_config(table)
+    body = json.loads(OpenAIChatAdapter().body("r", PROMPT, SamplingSpec(64, True, 0.0, cfg.extra_body)))
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["max_tokens"] == 64
