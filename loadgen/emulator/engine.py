@@ -23,7 +23,7 @@ from typing import Protocol
 
 from loadgen.emulator.costmodel import IDLE, CostModel, Forward
 from loadgen.emulator.prefixcache import PrefixCache, cache_tokens
-from loadgen.emulator.profiles import ModelProfile
+from loadgen.emulator.profiles import AlgorithmProfile, ModelProfile
 from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.spec import SpecConfig
 
@@ -146,15 +146,9 @@ class Engine:
             natural = max(natural, req.min_new_tokens)
             if natural < req.max_new_tokens:
                 req.target_len, req.natural_stop = natural, True
-        req.p_accept = self._draw_p(req.kind)
+        req.p_accept = draw_p(self.rng, self.spec.profile, req.kind)
         if req.think_len:
-            req.p_think = self._draw_p("reasoning")   # the profile's own figure for thinking, else prose's
-
-    def _draw_p(self, kind: str) -> float:
-        """One request's acceptance probability for a kind of text: the profile's, spread by its accept_sigma."""
-        prof = self.spec.profile
-        p = prof.p_for(kind) + self.rng.gauss(0.0, prof.accept_sigma) if prof.accept_sigma else prof.p_for(kind)
-        return min(0.99, max(0.0, p))
+            req.p_think = draw_p(self.rng, self.spec.profile, "reasoning")   # the profile's figure, else prose's
 
     def abort(self, req: EmuRequest, status: str, message: str = "", status_code: int = 400) -> None:
         """Take a request out at once (frees its batch slot and KV reservation) and end its stream."""
@@ -297,9 +291,7 @@ class Engine:
         for req in batch:
             if req.status != "running":
                 continue
-            produced = len(req.output_ids)
-            p = req.p_think if produced < req.think_len else req.p_accept   # thinking drafts with its own p
-            n = draw_accept(self.rng, p, spec, produced) if spec.enabled else 1
+            n = draw_accept(self.rng, req.p_now, spec, len(req.output_ids)) if spec.enabled else 1
             self._append(req, n, verify=spec.enabled)
         c.decode_steps += 1
         if c.decode_steps % self.decode_log_interval == 0:
@@ -314,14 +306,10 @@ class Engine:
         n = max(0, min(n, req.target_len - len(req.output_ids)))
         c = self.counters
         if verify:
-            req.spec_verify_ct += 1
-            req.accepted.append(n)
+            req.verified(n)
             c.verify_steps += 1
             c.verify_tokens += n
             c.spec_verify_calls_total += 1
-            if len(req.output_ids) + n <= req.think_len:   # a step that reaches the answer counts as the answer's
-                req.think_verify_ct += 1
-                req.think_verify_tokens += n
         req.append_tokens(n, self.rng if self.text else None, self.model.eos_token_id)
         c.log_tokens += n
         c.generation_tokens_total += n
@@ -340,6 +328,12 @@ class Engine:
             req.event.set()
         if self.observer is not None:
             self.observer.on_tokens(req, n)
+
+
+def draw_p(rng: random.Random, prof: AlgorithmProfile, kind: str) -> float:
+    """One request's acceptance probability for a kind of text: the profile's, spread by its accept_sigma."""
+    p = prof.p_for(kind) + rng.gauss(0.0, prof.accept_sigma) if prof.accept_sigma else prof.p_for(kind)
+    return min(0.99, max(0.0, p))
 
 
 def draw_accept(rng: random.Random, p: float, spec: SpecConfig, produced: int) -> int:

@@ -63,6 +63,19 @@ class EmuRequest:
         return self.text[(self.text_ends[a - 1] if a > 0 else 0):(self.text_ends[b - 1] if b > 0 else 0)]
 
     @property
+    def p_now(self) -> float:
+        """The acceptance probability of its next verify step: thinking drafts with its own."""
+        return self.p_think if len(self.output_ids) < self.think_len else self.p_accept
+
+    def verified(self, n: int) -> None:
+        """Record a verify step that commits n tokens (before they are appended)."""
+        self.spec_verify_ct += 1
+        self.accepted.append(n)
+        if len(self.output_ids) + n <= self.think_len:   # a step that reaches the answer counts as the answer's
+            self.think_verify_ct += 1
+            self.think_verify_tokens += n
+
+    @property
     def reasoning_tokens(self) -> int:
         """Thinking tokens produced so far, </think> included: SGLang's count (Req.update_reasoning_tokens)."""
         return min(len(self.output_ids), self.think_len)
