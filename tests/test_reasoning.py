@@ -23,7 +23,7 @@ from loadgen.clock import now_ns
 from loadgen.errors import ConfigError, TargetError
 from loadgen.prompts import Prompt
 from loadgen.prompts.config import parse_prompts_config
-from loadgen.results import analysis
+from loadgen.results import analysis, answer
 from sqlfixtures import Results, ns
 
 THINK = 24          # --reasoning-tokens: <think>, 22 thoughts, </think>
@@ -152,6 +152,8 @@ def test_reasoning_query_by_hand(tmp_path):
     assert row["answer_accept_len"] == 4                               # crossing frame left out
     assert row["think_decode_tok_s"] == pytest.approx(8 / 0.030, abs=0.1)
     assert row["answer_decode_tok_s"] == pytest.approx(8 / 0.020, abs=0.1)
+    assert answer.reasoning_lines(con) == ["t thinks 10 tokens before a 10-token answer: C=1 TTFT 10 ms, answer "
+                                           "50 ms, tokens/frame 2.67 thinking vs 4.00 answering"]
 
 
 def test_old_results_without_reasoning_columns_still_query(tmp_path):

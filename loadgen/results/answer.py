@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from loadgen.results import analysis
 from loadgen.results.gpu_answer import energy_lines, hardware_lines  # GPU telemetry, when the run has it
 from loadgen.results.slo_answer import capacity_lines  # the capacity at the SLO, when the run has one
 
@@ -193,6 +194,25 @@ def predicted_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     return lines
 
 
+def reasoning_lines(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Per target whose requests thought (queries/reasoning.sql): the thinking against the answer, level by level:
+    `mtp thinks 40 tokens before a 56-token answer: C=2 TTFT 88 ms, answer 646 ms, tokens/frame 1.84 thinking vs
+    2.09 answering`."""
+    levels: dict[tuple[str, str], list[str]] = {}
+    sizes: dict[tuple[str, str], tuple[float, float]] = {}
+    for r in analysis.run_query(con, "reasoning").to_pylist():
+        key = (r["run_id"], r["target"])
+        sizes.setdefault(key, (r["reasoning_tokens"], r["answer_tokens"]))
+        level = f"C={r['concurrency']}" if r["concurrency"] is not None else f"{r['rate']:g} req/s"
+        accept = (f", tokens/frame {r['think_accept_len']:.2f} thinking vs {r['answer_accept_len']:.2f} answering"
+                  if r["think_accept_len"] is not None and r["answer_accept_len"] is not None else "")
+        levels.setdefault(key, []).append(f"{level} TTFT {r['ttft_p50_ms']:.0f} ms, answer "
+                                          f"{r['answer_p50_ms']:.0f} ms{accept}"
+                                          if r["answer_p50_ms"] is not None else f"{level} no answer came")
+    return [f"{target} thinks {sizes[(run, target)][0]:.0f} tokens before a {sizes[(run, target)][1]:.0f}-token "
+            f"answer: {'; '.join(found)}" for (run, target), found in levels.items()]
+
+
 def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -> str:
     """What the job prints after a run: headlines, then a table per comparison, then the command for the rest
     (the summary files' folder is the job's last line)."""
@@ -205,6 +225,8 @@ def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -
     lines += [f"  {line}" for line in capacity_lines(con)]
     lines += [textwrap.fill(f"energy: {line}", WIDTH, initial_indent="  ", subsequent_indent="    ")
               for line in energy_lines(con)]
+    lines += [textwrap.fill(line, WIDTH, initial_indent="  ", subsequent_indent="    ")
+              for line in reasoning_lines(con)]
     if any(lv.emulated for c in found for lv in c.levels):
         lines.append("  (emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
     lines += predicted_lines(con, run_id)
@@ -227,12 +249,12 @@ def write_summary(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str,
     folder = summary_dir(results_dir, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     data = {"run_id": run_id, "status": status, "capacity": capacity_lines(con), "hardware": hardware_lines(con),
-            "energy": energy_lines(con), "comparisons": [asdict(c) for c in found]}
+            "energy": energy_lines(con), "reasoning": reasoning_lines(con), "comparisons": [asdict(c) for c in found]}
     (folder / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
     md = [f"# {run_id} ({status})", ""]
     md += [f"- **{c.other} vs {c.baseline}**: {c.headline}" for c in found] + [
         f"- **{line}**" for line in hardware_lines(con)] + [f"- {line}" for line in capacity_lines(con)] + [
-        f"- energy: {line}" for line in energy_lines(con)]
+        f"- energy: {line}" for line in energy_lines(con)] + [f"- {line}" for line in reasoning_lines(con)]
     for c in found:
         md += ["", f"## {c.other} vs {c.baseline}", "", _markdown(c)]
     (folder / "summary.md").write_text("\n".join(md) + "\n")
