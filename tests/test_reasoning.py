@@ -17,6 +17,7 @@ import pytest
 from conftest import emulator
 from loadgen.client.http_stream import Endpoint, ReadLoop, stream_request
 from loadgen.client.preflight import ServerControl
+from loadgen.client.protocol import adapter_for
 from loadgen.client.protocol.base import FrameBuffer, SamplingSpec, StreamState
 from loadgen.client.protocol.openai import OpenAIChatAdapter, OpenAIOptions
 from loadgen.clock import now_ns
@@ -210,3 +211,39 @@ def test_extra_body_is_kept_and_sent():
     cfg = parse_prompts_config(table)
     body = json.loads(OpenAIChatAdapter().body("r", PROMPT, SamplingSpec(64, True, 0.0, cfg.extra_body)))
     assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["max_tokens"] == 64
+
+
+def _feed(flavor: str, texts: list[str], usage_every_frame: bool, usage_reasoning: int = 0) -> StreamState:
+    """A completions / chat stream of one text piece per frame, 2 tokens each, read one frame per read."""
+    state = StreamState("r", PROMPT, "measure", 0, FrameBuffer())
+    adapter = adapter_for(flavor, OpenAIOptions(model="m"))
+    for k, text in enumerate(texts, start=1):
+        choice = ({"index": 0, "text": text, "finish_reason": None} if flavor == "openai-completions"
+                  else {"index": 0, "delta": {"content": text}, "finish_reason": None})
+        usage = {"prompt_tokens": 5, "completion_tokens": 2 * k} if usage_every_frame else None
+        adapter.on_payload(state, json.dumps({"choices": [choice], "usage": usage}).encode(), 10 * k)
+    n = 2 * len(texts)
+    adapter.on_payload(state, json.dumps({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n,
+                                                                   "reasoning_tokens": usage_reasoning}}).encode(),
+                       10 * len(texts) + 1)
+    finish = ({"index": 0, "text": "", "finish_reason": "length"} if flavor == "openai-completions"
+              else {"index": 0, "delta": {}, "finish_reason": "length"})
+    adapter.on_payload(state, json.dumps({"choices": [finish]}).encode(), 10 * len(texts) + 2)
+    state.close(10 * len(texts) + 3)
+    return state
+
+
+@pytest.mark.parametrize("flavor", ["openai-completions", "openai-chat"])
+def test_inline_tags_on_both_routes(flavor):
+    """Inline thinking: the frames before the first answer text are counted (white space after </think> is not yet
+    the answer); without per-frame counts the stream cannot count them (NULL); the server's own count wins."""
+    texts = ["<think>", " so", " then</think>", "\n\n", "The", " answer"]
+    counted = _feed(flavor, texts, usage_every_frame=True)
+    assert (counted.reasoning_tokens, counted.reasoning_from, counted.t_first_answer_ns) == (8, "stream", 50)
+    assert counted.t_first_token_ns == 10
+    blind = _feed(flavor, texts, usage_every_frame=False)
+    assert (blind.reasoning_tokens, blind.t_first_answer_ns) == (None, 50)
+    told = _feed(flavor, texts, usage_every_frame=False, usage_reasoning=6)
+    assert (told.reasoning_tokens, told.reasoning_from) == (6, "server")
+    plain = _feed(flavor, ["\n", "def", " f"], usage_every_frame=True)   # no thinking: white space is the answer
+    assert (plain.reasoning_tokens, plain.t_first_answer_ns) == (0, 10)
