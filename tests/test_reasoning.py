@@ -73,12 +73,15 @@ def _ledger(url: str) -> dict[str, dict]:
     return {r["rid"]: r for r in rows}
 
 
-def _phase_tokens(state: StreamState, frames: FrameBuffer) -> tuple[list[int], list[int]]:
-    """The request's frame tokens before and from its first answer output (the query's split)."""
+def _phase_tokens(state: StreamState, frames: FrameBuffer) -> tuple[list[int], list[int], list[int]]:
+    """The request's frame tokens before its first answer output (the query's split), of the read that brought it,
+    and after it; a read of several frames (the client or the server fell behind) leaves out the steps it merged."""
     mine = [(t, n) for rid, t, n in zip(frames.request_id, frames.t_ns, frames.tokens) if rid == state.request_id]
     answer_at = state.t_first_answer_ns
     assert answer_at is not None
-    return [n for t, n in mine if t < answer_at], [n for t, n in mine if t >= answer_at]
+    alone = [(t, n) for t, n in mine if sum(1 for u, _ in mine if u == t) == 1]
+    return ([n for t, n in alone if t < answer_at], [n for t, n in mine if t == answer_at],
+            [n for t, n in alone if t > answer_at])
 
 
 PROMPT = Prompt("p", "prose", "t", messages=({"role": "user", "content": "Explain speculative decoding."},))
@@ -101,10 +104,11 @@ def test_reasoning_parser_counts_match_the_emulator(tmp_path):
         assert s.status == "ok" and s.completion_tokens == 64
         assert s.reasoning_tokens == truth["reasoning_tokens"] == THINK and s.reasoning_from == "server"
         assert s.t_first_token_ns < s.t_first_answer_ns <= s.t_last_token_ns
-        thinking, answering = _phase_tokens(s, frames)
-        assert sum(thinking) <= THINK < sum(thinking) + answering[0]   # the first answer frame crossed </think>
+        thinking, crossing, answering = _phase_tokens(s, frames)
+        before = s.reasoning_cum   # tokens of the reads before the answer's
+        assert before <= THINK < before + sum(crossing)   # the read of the first answer output crossed </think>
         think_tokens, think_frames = think_tokens + sum(thinking[1:]), think_frames + len(thinking) - 1
-        answer_tokens, answer_frames = answer_tokens + sum(answering[1:]), answer_frames + len(answering) - 1
+        answer_tokens, answer_frames = answer_tokens + sum(answering), answer_frames + len(answering)
         truth_tokens, truth_steps = truth_tokens + truth["think_verify_tokens"], truth_steps + truth["think_verify_ct"]
     truth_think = truth_tokens / truth_steps
     assert truth_think > 2.5   # p 0.85 over 3 drafts

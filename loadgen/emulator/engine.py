@@ -140,7 +140,9 @@ class Engine:
     def _plan(self, req: EmuRequest) -> None:
         """Draw the request's output length (natural stop unless ignore_eos) and acceptance probabilities."""
         req.target_len = req.max_new_tokens
-        if not req.ignore_eos:
+        if req.script:   # a tool call ends after its text and the end-of-turn token, ignore_eos or not
+            req.target_len, req.natural_stop = min(len(req.script) + 1, req.max_new_tokens), True
+        elif not req.ignore_eos:
             u = self.rng.random()
             natural = 1 + int(-self.model.natural_output_mean * math.log(1.0 - u))
             natural = max(natural, req.min_new_tokens)
@@ -286,8 +288,7 @@ class Engine:
         self.prefix_cache.insert(cache_tokens(prompt))
 
     def _decode(self, batch: list[EmuRequest]) -> None:
-        c = self.counters
-        spec = self.spec
+        c, spec = self.counters, self.spec
         for req in batch:
             if req.status != "running":
                 continue

@@ -12,7 +12,9 @@
   chunk then a content chunk with the same usage (serving_chat._generate_stream_content), and usage counts
   `reasoning_tokens` through `</think>` (Req.update_reasoning_tokens); without a parser the thinking is inline
   `<think>...</think>` content and reasoning_tokens stays 0. `chat_template_kwargs.enable_thinking = false` turns
-  thinking off (Qwen3's template).
+  thinking off (Qwen3's template);
+- a chat request with `tools` may answer with a tool call (toolcalls.py): with --tool-call-parser as
+  `delta.tool_calls` chunks and finish_reason `tool_calls`, without one as inline `<tool_call>...</tool_call>` text.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from loadgen.emulator import streaming
+from loadgen.emulator import streaming, toolcalls
 from loadgen.emulator.httputil import error_body, json_response
 from loadgen.emulator.promptinfo import estimate_tokens
 from loadgen.emulator.request import EmuRequest
@@ -122,6 +124,7 @@ class _OpenAIFormat:
         self.continuous = bool(opts.get("continuous_usage_stats"))
         self.want_spec = _bool_field(body, "return_spec_tokens_details")
         self.parse_reasoning = False   # chat with a reasoning parser on: thinking goes to reasoning_content
+        self.call: toolcalls.CallStream | None = None   # a tool call the parser streams as delta.tool_calls
 
     def head(self, req: EmuRequest) -> dict[str, Any]:
         return {"id": req.id, "object": self.obj, "created": self.created, "model": self.model}
@@ -138,6 +141,8 @@ class _OpenAIFormat:
 
     def finish(self, req: EmuRequest) -> tuple[str | None, Any]:
         fr = req.finish_reason or {}
+        if self.call is not None and fr.get("type") == "stop":   # SGLang: a parsed call ends as tool_calls
+            return "tool_calls", None
         return fr.get("type"), fr.get("matched")
 
     def trailer(self, req: EmuRequest, usage_drop_none: bool) -> bytes:
@@ -206,8 +211,12 @@ class ChatFormat(_OpenAIFormat):
         thought, delta = (req.thinking_between(start, end) if self.parse_reasoning
                           else ("", req.text_between(start, end)))
         step_usage = usage(req.prompt_tokens, end, reasoning=self.reasoning(req, end)) if self.continuous else None
-        for part in ({"reasoning_content": thought} if thought else None,
-                     {"reasoning_content": None, "content": delta} if delta else None):
+        parts: list[dict[str, Any] | None] = [{"reasoning_content": thought} if thought else None]
+        if self.call is not None:
+            parts += [{"tool_calls": [entry]} for entry in self.call.deltas(req.text_upto(end))]
+        else:
+            parts.append({"reasoning_content": None, "content": delta} if delta else None)
+        for part in parts:
             if part is not None:
                 chunk = {**self.head(req), "choices": [self._choice(part)]}
                 if step_usage is not None:
@@ -222,9 +231,11 @@ class ChatFormat(_OpenAIFormat):
     def whole(self, req: EmuRequest) -> dict[str, Any]:
         reason, matched = self.finish(req)
         thought, answer = req.thinking_between(0, req.completion_tokens) if self.parse_reasoning else (None, req.text)
+        message: dict[str, Any] = {"role": "assistant", "content": answer, "reasoning_content": thought or None}
+        if self.call is not None:
+            message.update(content=None, tool_calls=[self.call.message()])
         body = {**self.head(req), "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer,
-                                                     "reasoning_content": thought or None},
+                "choices": [{"index": 0, "message": message,
                              "logprobs": None, "finish_reason": reason, "matched_stop": matched}],
                 "usage": self.final_usage(req), "metadata": None}
         details = spec_details(self.emu, req) if self.want_spec else None
@@ -273,10 +284,13 @@ async def _serve(request: web.Request, chat: bool) -> web.StreamResponse:
             raise BadRequest("rid must be a string.")
         model = body.get("model") or emu.served_model_name
         fmt = (ChatFormat if chat else CompletionsFormat)(emu, body, str(model))
-        thinking = chat and _thinking_on(body) and emu.args.reasoning_tokens > 0
+        call = _planned_call(emu, body) if chat else None
+        thinking = chat and _thinking_on(body) and emu.args.reasoning_tokens > 0 and call is None
         fmt.parse_reasoning = thinking and emu.args.reasoning_parser is not None \
             and body.get("separate_reasoning") is not False
-    except BadRequest as exc:
+        if call is not None and emu.args.tool_call_parser is not None:
+            fmt.call = toolcalls.CallStream(call)
+    except (BadRequest, toolcalls.BadTools) as exc:
         return _bad(str(exc))
     if max_tokens is None:                       # chat without a limit: clip to the remaining context
         ptoks = estimate_tokens(prompt) if isinstance(prompt, str) else len(prompt)
@@ -285,7 +299,7 @@ async def _serve(request: web.Request, chat: bool) -> web.StreamResponse:
         return _bad(f"min_tokens ({min_tokens}) must be <= max_tokens ({max_tokens}).")
     req = emu.new_request(prompt, "chat" if chat else "completions", rid=rid, max_new_tokens=max_tokens,
                           min_new_tokens=min_tokens, ignore_eos=ignore_eos, stream_interval=None, stream=stream,
-                          thinking=thinking)
+                          thinking=thinking, script=call.pieces if call is not None else ())
     if req.fault is not None and req.fault.type == "http":
         return emu.http_fault(req)
     await emu.ready()
@@ -293,6 +307,16 @@ async def _serve(request: web.Request, chat: bool) -> web.StreamResponse:
     if stream:
         return await streaming.stream(request, req, emu.engine, fmt)
     return await emu.wait_whole(req, lambda: emu.abort_error(req) or json_response(fmt.whole(req)))
+
+
+def _planned_call(emu: EmulatorState, body: dict) -> toolcalls.ToolCall | None:
+    """The tool call this chat request answers with, if it is one's turn (toolcalls.calls_due); bad tools: 400."""
+    if body.get("tools") is None:
+        return None
+    toolcalls.tool_names(body["tools"])
+    if not toolcalls.calls_due(body, emu.args.tool_calls):
+        return None
+    return toolcalls.plan_call(emu.engine.rng, body["tools"])
 
 
 def _thinking_on(body: dict) -> bool:

@@ -37,6 +37,7 @@ class EmuRequest:
     target_len: int = 0
     natural_stop: bool = False
     p_accept: float = 0.0
+    script: tuple[str, ...] = ()    # its output's text, token by token, when fixed (a tool call); else sampled
     think_len: int = 0              # its first output tokens are thinking, <think> .. </think> (0: it answers at once)
     p_think: float = 0.0            # acceptance probability of a drafted token while it thinks
     think_verify_ct: int = 0        # verify steps that committed thinking tokens only ...
@@ -115,14 +116,18 @@ class EmuRequest:
             self.output_ids.extend([0] * n)
             return
         start = len(self.output_ids)
-        thinking = max(0, min(n, self.think_len - start))
-        ids = vocab.think_ids(rng, start, thinking, self.think_len) + vocab.sample_ids(rng, self.kind, n - thinking)
-        if self.natural_stop and len(self.output_ids) + n == self.target_len and ids:
-            ids[-1] = eos
+        if self.script:   # written out: its pieces, then the end-of-turn token
+            pieces = list(self.script[start:start + n])
+            ids = [vocab.BASE_ID] * len(pieces) + [eos] * (n - len(pieces))
+        else:
+            thinking = max(0, min(n, self.think_len - start))
+            ids = vocab.think_ids(rng, start, thinking, self.think_len) + vocab.sample_ids(rng, self.kind, n - thinking)
+            if self.natural_stop and len(self.output_ids) + n == self.target_len and ids:
+                ids[-1] = eos
+            pieces = [vocab.PIECES[i - vocab.BASE_ID] for i in ids if i != eos]
         self.output_ids.extend(ids)
         text, ends = self.text, self.text_ends
-        for i in ids:
-            if i != eos:
-                text += vocab.PIECES[i - vocab.BASE_ID]
+        for k in range(n):
+            text += pieces[k] if k < len(pieces) else ""
             ends.append(len(text))
         self.text = text
