@@ -15,7 +15,8 @@ from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.prompts import code_tasks, families, prose_tasks
-from loadgen.prompts.conversation import ConversationConfig, parse_conversation
+from loadgen.prompts.agent import AgentConfig, parse_agent
+from loadgen.prompts.conversation import ConversationConfig, parse_conversation, parse_tasks
 
 BUILTIN_TEMPLATES: dict[str, tuple[str, ...]] = {
     "code": tuple(code_tasks.TEMPLATES),
@@ -34,6 +35,7 @@ _PREFIX_KEYS = ("shared_prefix_tokens", "prefixes")
 _BUILTIN_KEYS = ("kind", "weight", "templates") + _PREFIX_KEYS
 _DATASET_KEYS = ("format", "path", "weight", "kind", "name") + _PREFIX_KEYS
 _CONVERSATION_KEYS = ("kind", "weight", "turns", "think_time_s", "tasks") + _PREFIX_KEYS
+_AGENT_KEYS = ("kind", "weight", "tools", "tool_result_tokens", "max_calls", "tasks") + _PREFIX_KEYS
 MAX_PREFIXES = 1000   # each starts at its own documentation paragraph (shared_prefix.py)
 
 
@@ -51,6 +53,7 @@ class SourceConfig:
     path: Path | None = None          # dataset file (humaneval: None = the package's own data)
     kind: str | None = None           # datasets: forces this kind on every row
     conversation: ConversationConfig | None = None   # kind = "conversation": turns, think time, opening kinds
+    agent: AgentConfig | None = None  # kind = "agent": tools, tool result length, calls per session, opening kinds
     shared_prefix_tokens: int | None = None   # each prompt starts with one of `prefixes` shared contexts this long
     prefixes: int = 1
 
@@ -195,8 +198,8 @@ def _source(entry: Any, key: str, base_dir: Path) -> SourceConfig:
         raise ConfigError(f"{key}.weight", f"must be >= 0, got {weight}", "use a positive weight such as 0.5")
     prefix_tokens, prefixes = _shared_prefix(entry, key)
     if "format" not in entry:
-        source = _conversation(entry, key, weight) if entry.get("kind") == "conversation" else \
-            _builtin(entry, key, weight)
+        session = {"conversation": _conversation, "agent": _agent}.get(str(entry.get("kind")), _builtin)
+        source = session(entry, key, weight)
         return replace(source, shared_prefix_tokens=prefix_tokens, prefixes=prefixes)
     _reject_unknown(entry, _DATASET_KEYS, key)
     fmt = entry["format"]
@@ -236,13 +239,20 @@ def _conversation(entry: dict, key: str, weight: float) -> SourceConfig:
     return SourceConfig(key=key, weight=weight, name=name, builtin="conversation", conversation=conversation)
 
 
+def _agent(entry: dict, key: str, weight: float) -> SourceConfig:
+    _reject_unknown(entry, _AGENT_KEYS, key)
+    agent = parse_agent(entry, key, parse_tasks(entry, key, tuple(BUILTIN_TEMPLATES)))
+    name = "agent" if agent.tasks == ("code", "prose") else f"agent[{'+'.join(agent.tasks)}]"
+    return SourceConfig(key=key, weight=weight, name=name, builtin="agent", agent=agent)
+
+
 def _builtin(entry: dict, key: str, weight: float) -> SourceConfig:
     _reject_unknown(entry, _BUILTIN_KEYS, key)
     kind = entry.get("kind")
     if kind not in BUILTIN_TEMPLATES:
         raise ConfigError(f"{key}.kind", f"unknown built-in source {kind!r}",
-                          f"use kind = one of {', '.join(BUILTIN_TEMPLATES)} or conversation, or give a dataset with "
-                          f"format = one of {', '.join(FORMATS)}")
+                          f"use kind = one of {', '.join(BUILTIN_TEMPLATES)}, conversation or agent, or give a dataset "
+                          f"with format = one of {', '.join(FORMATS)}")
     known = BUILTIN_TEMPLATES[kind]
     chosen = entry.get("templates", list(known))
     if (not isinstance(chosen, list) or not chosen or len(set(chosen)) != len(chosen)

@@ -17,7 +17,8 @@ SCHEMA_VERSION = 7  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.pr
                     #    requests.session_id, turn, shared_prefix (conversations, shared contexts, trace sessions);
                     #    requests.completion_tokens_target, steps.speedup (trace replay), steps.ramp,
                     #    steps.level_start, steps.level_end (ramps); steps.predicted (a twin's prediction)
-                    # 7: requests.t_first_answer_ns, reasoning_tokens, reasoning_from (reasoning models)
+                    # 7: requests.t_first_answer_ns, reasoning_tokens, reasoning_from (reasoning models);
+                    #    requests.turn_kind (agent sessions)
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -125,6 +126,7 @@ REQUESTS = pa.schema([
     ("status", pa.string()),
     ("http_status", pa.int32()),
     ("error", pa.string()),
+    ("turn_kind", pa.string()),         # an agent session's turn: tool_call (the server called a tool) | answer
     ("reasoning_tokens", pa.int64()),   # thinking tokens (</think> included): 0 without thinking; NULL: unknown
     ("reasoning_from", pa.string()),    # server (its usage / meta_info reasoning_tokens) | stream (counted by loadgen)
     ("resent", pa.bool_()),             # sent again on a new connection: its kept-alive one was closed before any

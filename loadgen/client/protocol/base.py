@@ -88,6 +88,7 @@ class StreamState:
     t_first_answer_ns: int | None
     reasoning_tokens: int | None
     reasoning_from: str | None
+    turn_kind: str | None
     t_last_token_ns: int | None
     t_done_ns: int | None
 
@@ -101,7 +102,7 @@ class StreamState:
         self.prompt_tokens = self.completion_tokens = self.cached_tokens = None
         self.spec_verify_ct = self.spec_accept_length = self.server_e2e_s = None
         self.t_sent_ns = self.t_headers_ns = self.t_first_token_ns = self.t_last_token_ns = None
-        self.t_done_ns = self.t_first_answer_ns = self.reasoning_tokens = self.reasoning_from = None
+        self.t_done_ns = self.t_first_answer_ns = self.reasoning_tokens = self.reasoning_from = self.turn_kind = None
         self.http_status: int | None = None
         self.status: str | None = None
         self.num_frames = 0

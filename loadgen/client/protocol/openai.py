@@ -164,6 +164,8 @@ class OpenAIChatAdapter(_OpenAIAdapter):
 
     def _prompt_fields(self, prompt: Prompt) -> dict:
         messages = prompt.messages if prompt.messages is not None else ({"role": "user", "content": prompt.text},)
+        if prompt.agent is not None:   # an agent session's turn offers its tools
+            return {"messages": list(messages), "tools": list(prompt.agent.tools)}
         return {"messages": list(messages)}
 
     @staticmethod
