@@ -96,19 +96,19 @@ def adhoc_experiment(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _prompt_source(text: str) -> dict[str, str]:
-    """--prompts: a built-in kind (code, prose, a task family), conversation, humaneval, or FORMAT:PATH of a dataset
-    (loadgen/prompts/README)."""
+    """--prompts: a built-in kind (code, prose, a task family), conversation, agent, humaneval, or FORMAT:PATH of a
+    dataset (loadgen/prompts/README)."""
     from loadgen.prompts.config import BUILTIN_TEMPLATES
 
-    if text in BUILTIN_TEMPLATES or text == "conversation":
+    if text in BUILTIN_TEMPLATES or text in ("conversation", "agent"):
         return {"kind": text}
     if text == "humaneval":
         return {"format": "humaneval"}
     fmt, sep, path = text.partition(":")
     if not sep or not path:
         raise ConfigError("--prompts", f"{text!r} is neither a built-in mix nor FORMAT:PATH",
-                          f"use {', '.join(BUILTIN_TEMPLATES)}, conversation, mix (the default), humaneval, or e.g. "
-                          "jsonl:prompts.jsonl")
+                          f"use {', '.join(BUILTIN_TEMPLATES)}, conversation, agent, mix (the default), humaneval, or "
+                          "e.g. jsonl:prompts.jsonl")
     return {"format": fmt, "path": path}
 
 
@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--telemetry", metavar="URL", help="the server's DCGM exporter, e.g. http://10.0.0.11:9400/metrics "
                    "(default: NVML when the url is on loopback; docs/telemetry.md)")
     p.add_argument("--prompts", help="code, prose, mix (default: both), a task family (translation, summarization, "
-                   "qa, math, rag), conversation, humaneval, or a dataset as FORMAT:PATH (jsonl, sharegpt, "
+                   "qa, math, rag), conversation, agent, humaneval, or a dataset as FORMAT:PATH (jsonl, sharegpt, "
                    "question-jsonl; loadgen/prompts/README.md, docs/workloads.md)")
     p.add_argument("--input-tokens", metavar="N|MIN-MAX", help="each prompt's length in the server's own tokens: "
                    "fixed, or uniform in a range (calibrated against the server first; docs/experiments.md)")

@@ -5,6 +5,7 @@ declared here."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 
@@ -12,16 +13,19 @@ import aiohttp
 import ray
 
 from loadgen.client import calibrate, drafting
-from loadgen.client.http_stream import Endpoint, ReadLoop
+from loadgen.client.http_stream import Endpoint, ReadLoop, stream_request
 from loadgen.client.protocol import adapter_for
-from loadgen.client.protocol.base import Adapter
+from loadgen.client.protocol.base import Adapter, FrameBuffer, SamplingSpec, StreamState
 from loadgen.client.protocol.openai import OpenAIOptions
+from loadgen.clock import now_ns
 from loadgen.config import TargetConfig
 from loadgen.errors import TargetError
 from loadgen.prompts import Prompt
 from loadgen.servers import probe, serverid
 
 DRAFT_PROBE_TIMEOUT_S = 60.0  # llama.cpp's drafting probe before any load (client/drafting.py)
+CONTROL_PROBE_TIMEOUT_S = 60.0  # one prompts.extra_body key's one-token request before any load
+_CONTROL_PROMPT = Prompt("preflight-extra-body", "prose", "preflight", text="Say hello.")
 
 
 class ServerControl:
@@ -39,6 +43,7 @@ class ServerControl:
     reads: ReadLoop
     session: aiohttp.ClientSession | None
     prompt_source: tuple[str, int]
+    sampling: SamplingSpec
     prompts: list[Prompt]
 
     async def _session(self) -> aiohttp.ClientSession:
@@ -97,11 +102,29 @@ class ServerControl:
                                 cache_prompt=ident.name != serverid.LLAMACPP,  # no prefix reuse (docs/real-servers.md)
                                 cache_salt=ident.name == serverid.VLLM)
         self.configure(options)
+        await self._check_extra_body()
         if ident.name == serverid.LLAMACPP and self.adapter is not None:   # what it does over what it says
             observed = await drafting.observe(self.endpoint, self.adapter, self.reads, DRAFT_PROBE_TIMEOUT_S,
                                               self._counters)
             info = self.identity = drafting.with_observed(info, observed)
         return info, options
+
+    async def _check_extra_body(self) -> None:
+        """Each prompts.extra_body field in its own one-token request before any load: a field the server refuses
+        (HTTP 400, e.g. a thinking control it does not know) stops the run with one line naming it."""
+        assert self.adapter is not None   # configure() chose it
+        for name, value in self.sampling.extra_body:
+            state = StreamState(f"preflight-{name}", _CONTROL_PROMPT, "warmup", now_ns(), FrameBuffer())
+            body = self.adapter.body(state.request_id, _CONTROL_PROMPT, SamplingSpec(1, False, 0.0, ((name, value),)))
+            try:
+                await asyncio.wait_for(stream_request(self.endpoint, self.adapter, state, body, {}, self.reads),
+                                       CONTROL_PROBE_TIMEOUT_S)
+            except TimeoutError:
+                continue   # no answer is no refusal: the load's own timeouts will say more
+            if state.http_status == 400:
+                said = " ".join((state.error or "").split())[:300]
+                raise TargetError(f"target {self.target.name}: the server refuses prompts.extra_body.{name} = "
+                                  f"{value!r} (HTTP 400: {said}); fix: correct that field for this server or drop it")
 
     def configure(self, options: OpenAIOptions | None) -> None:
         """Use the preflight's request options (every worker of a target gets the first one's)."""

@@ -17,6 +17,7 @@ from loadgen.client.protocol.answer import AnswerText
 from loadgen.client.protocol.base import Adapter
 from loadgen.clock import now_ns
 from loadgen.prompts import Prompt
+from loadgen.prompts.agent import agent_turn, tool_result
 from loadgen.prompts.conversation import first_turn, next_turn
 
 THINK_POLL_S = 0.1   # a thinking user notices the step's end this soon
@@ -44,6 +45,25 @@ async def run_session(opening: Prompt, session_id: str, t_first_ns: int, adapter
         if status != "ok":
             break
         answers.append(answer.text)
+    return status
+
+
+async def run_agent_session(opening: Prompt, session_id: str, t_first_ns: int, adapter: Adapter, send: Send,
+                            going: Callable[[], bool]) -> str:
+    """An agent session (loadgen/prompts/agent.py): each turn the server calls a tool, the seeded result goes back
+    with the next turn, until it answers in prose, max_calls results were sent, a turn fails or the step ends; the
+    status of the last turn sent."""
+    agent = opening.agent
+    assert agent is not None
+    exchanges: list[tuple[dict, dict]] = []
+    status, t_scheduled, prompt = "ok", t_first_ns, first_turn(opening, session_id)
+    while going():
+        answer = AnswerText(adapter, agent=True)
+        status = await send(prompt, answer, t_scheduled, f".{len(exchanges) + 1}")
+        if status != "ok" or not answer.called or len(exchanges) == agent.max_calls:
+            break
+        exchanges.append(answer.exchange(tool_result(session_id, len(exchanges) + 1, agent.result_chars)))
+        prompt, t_scheduled = agent_turn(opening, exchanges, session_id), now_ns()
     return status
 
 

@@ -158,10 +158,11 @@ class LoadWorker(StepWatch):
     async def _prompt(self, step: StepSpec, n: int, t_scheduled: int) -> str:
         """Prompt n: one request, or the session it opens (loadgen.client.sessions). Returns the last status."""
         prompt = self.prompts[n % len(self.prompts)]
-        if prompt.conversation is None:
+        if prompt.conversation is None and prompt.agent is None:
             return await self._request(step, n, t_scheduled)
         assert self.adapter is not None   # chosen at start, or by preflight/configure before any load
-        return await sessions.run_session(
+        run = sessions.run_session if prompt.agent is None else sessions.run_agent_session
+        return await run(
             prompt, f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", t_scheduled, self.adapter,
             lambda turn, adapter, t, suffix: self._request(step, n, t, turn, adapter, suffix),
             lambda: self._may_send(step))

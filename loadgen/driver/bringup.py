@@ -69,7 +69,8 @@ def bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placement
     # One per stage, shard k * n + i for worker i of target k; made after preflight (prompts.input_tokens: each
     # target's prompts are built with its own fit)
     pool_name = f"loadgen-prompts-{ctx.run_id}-{uuid.uuid4().hex[:6]}"
-    sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature)
+    sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature,
+                            exp.prompts.extra_body)
     targets = []
     for k, t in enumerate(stage_targets):
         # The prompts (a PromptPool) and the sink go by name: a worker can restart, and Ray logs an error for a

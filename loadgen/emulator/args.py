@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--api-key", default=os.environ.get("LOADGEN_EMULATOR_API_KEY") or None,
                    help="or LOADGEN_EMULATOR_API_KEY in the environment (kept out of the process list)")
     g.add_argument("--decode-log-interval", type=positive_int, default=40)
+    g.add_argument("--tool-call-parser", choices=("qwen25",), default=None,
+                   help="chat streams a tool call as delta.tool_calls (finish_reason tool_calls); without it the "
+                        "call is inline <tool_call>...</tool_call> content")
+    g.add_argument("--reasoning-parser", choices=("qwen3", "deepseek-r1"), default=None,
+                   help="chat streams thinking as delta.reasoning_content and counts usage.reasoning_tokens; "
+                        "without it thinking is inline <think>...</think> content")
     e = p.add_argument_group("emulator flags")
     e.add_argument("--hardware", default="gb10", help="hardware profile name or .toml path (zero: no latency)")
     e.add_argument("--model-profile", default="qwen3.8-27b-nvfp4", help="model profile name or .toml path")
@@ -61,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="/health_generate answers 503 and /generate waits for this long after start")
     e.add_argument("--reuse-port", action="store_true",
                    help="SO_REUSEPORT: several emulator processes can share one port")
+    e.add_argument("--reasoning-tokens", type=int, default=0,
+                   help="the model thinks: each chat request's first N output tokens are <think> .. </think> "
+                        "(unless chat_template_kwargs.enable_thinking is false); 0: it never thinks")
+    e.add_argument("--tool-calls", type=int, default=1,
+                   help="a chat request with tools answers with a tool call while fewer tool results than this follow "
+                        "the last user message, then in prose (0: never calls)")
     e.add_argument("--log-level", default="warning")
     add_fault_args(p)
     return p
@@ -68,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
+    if args.reasoning_tokens < 0 or args.reasoning_tokens == 1:
+        build_parser().error(f"--reasoning-tokens must be 0 or >= 2 (<think> and </think>), "
+                             f"got {args.reasoning_tokens}")
     if args.time_scale <= 0:
         build_parser().error(f"--time-scale must be > 0, got {args.time_scale}")
     if args.degraded_power_factor < 1:

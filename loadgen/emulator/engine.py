@@ -23,7 +23,7 @@ from typing import Protocol
 
 from loadgen.emulator.costmodel import IDLE, CostModel, Forward
 from loadgen.emulator.prefixcache import PrefixCache, cache_tokens
-from loadgen.emulator.profiles import ModelProfile
+from loadgen.emulator.profiles import AlgorithmProfile, ModelProfile
 from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.spec import SpecConfig
 
@@ -138,17 +138,19 @@ class Engine:
         self._wake.set()
 
     def _plan(self, req: EmuRequest) -> None:
-        """Draw the request's output length (natural stop unless ignore_eos) and acceptance probability."""
-        prof = self.spec.profile
+        """Draw the request's output length (natural stop unless ignore_eos) and acceptance probabilities."""
         req.target_len = req.max_new_tokens
-        if not req.ignore_eos:
+        if req.script:   # a tool call ends after its text and the end-of-turn token, ignore_eos or not
+            req.target_len, req.natural_stop = min(len(req.script) + 1, req.max_new_tokens), True
+        elif not req.ignore_eos:
             u = self.rng.random()
             natural = 1 + int(-self.model.natural_output_mean * math.log(1.0 - u))
             natural = max(natural, req.min_new_tokens)
             if natural < req.max_new_tokens:
                 req.target_len, req.natural_stop = natural, True
-        p = prof.p_for(req.kind) + self.rng.gauss(0.0, prof.accept_sigma) if prof.accept_sigma else prof.p_for(req.kind)
-        req.p_accept = min(0.99, max(0.0, p))
+        req.p_accept = draw_p(self.rng, self.spec.profile, req.kind)
+        if req.think_len:
+            req.p_think = draw_p(self.rng, self.spec.profile, "reasoning")   # the profile's figure, else prose's
 
     def abort(self, req: EmuRequest, status: str, message: str = "", status_code: int = 400) -> None:
         """Take a request out at once (frees its batch slot and KV reservation) and end its stream."""
@@ -286,12 +288,11 @@ class Engine:
         self.prefix_cache.insert(cache_tokens(prompt))
 
     def _decode(self, batch: list[EmuRequest]) -> None:
-        c = self.counters
-        spec = self.spec
+        c, spec = self.counters, self.spec
         for req in batch:
             if req.status != "running":
                 continue
-            n = draw_accept(self.rng, req.p_accept, spec, len(req.output_ids)) if spec.enabled else 1
+            n = draw_accept(self.rng, req.p_now, spec, len(req.output_ids)) if spec.enabled else 1
             self._append(req, n, verify=spec.enabled)
         c.decode_steps += 1
         if c.decode_steps % self.decode_log_interval == 0:
@@ -306,8 +307,7 @@ class Engine:
         n = max(0, min(n, req.target_len - len(req.output_ids)))
         c = self.counters
         if verify:
-            req.spec_verify_ct += 1
-            req.accepted.append(n)
+            req.verified(n)
             c.verify_steps += 1
             c.verify_tokens += n
             c.spec_verify_calls_total += 1
@@ -329,6 +329,12 @@ class Engine:
             req.event.set()
         if self.observer is not None:
             self.observer.on_tokens(req, n)
+
+
+def draw_p(rng: random.Random, prof: AlgorithmProfile, kind: str) -> float:
+    """One request's acceptance probability for a kind of text: the profile's, spread by its accept_sigma."""
+    p = prof.p_for(kind) + rng.gauss(0.0, prof.accept_sigma) if prof.accept_sigma else prof.p_for(kind)
+    return min(0.99, max(0.0, p))
 
 
 def draw_accept(rng: random.Random, p: float, spec: SpecConfig, produced: int) -> int:

@@ -6,7 +6,15 @@
 - chat: a role frame first, content frames only for non-empty deltas, finish_reason in a separate frame;
   completions: frames with empty text are sent too and the last one carries finish_reason;
 - status and headers only go out with the first output (validation errors are a plain JSON 400);
-- an abort with a status code becomes the streaming error chunk `data: {"error": {...}}` (json.dumps, with spaces).
+- an abort with a status code becomes the streaming error chunk `data: {"error": {...}}` (json.dumps, with spaces);
+- a model that thinks (--reasoning-tokens): with --reasoning-parser, chat streams the thinking as
+  `delta.reasoning_content` (tags stripped) before `delta.content`, a step that crosses `</think>` as a reasoning
+  chunk then a content chunk with the same usage (serving_chat._generate_stream_content), and usage counts
+  `reasoning_tokens` through `</think>` (Req.update_reasoning_tokens); without a parser the thinking is inline
+  `<think>...</think>` content and reasoning_tokens stays 0. `chat_template_kwargs.enable_thinking = false` turns
+  thinking off (Qwen3's template);
+- a chat request with `tools` may answer with a tool call (toolcalls.py): with --tool-call-parser as
+  `delta.tool_calls` chunks and finish_reason `tool_calls`, without one as inline `<tool_call>...</tool_call>` text.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from loadgen.emulator import streaming
+from loadgen.emulator import streaming, toolcalls
 from loadgen.emulator.httputil import error_body, json_response
 from loadgen.emulator.promptinfo import estimate_tokens
 from loadgen.emulator.request import EmuRequest
@@ -71,11 +79,13 @@ def chat_prompt(messages: Any) -> str:
     return "".join(parts) + "<|im_start|>assistant\n"
 
 
-def usage(prompt: int, completion: int, drop_none: bool = False, cached: int | None = None) -> dict[str, Any]:
+def usage(prompt: int, completion: int, drop_none: bool = False, cached: int | None = None,
+          reasoning: int = 0) -> dict[str, Any]:
     """SGLang's UsageInfo; `cached`: prompt_tokens_details.cached_tokens (only with --enable-cache-report)."""
     details = None if cached is None else {"cached_tokens": cached}
     u: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-                         "completion_tokens": completion, "prompt_tokens_details": details, "reasoning_tokens": 0,
+                         "completion_tokens": completion, "prompt_tokens_details": details,
+                         "reasoning_tokens": reasoning,
                          "completion_tokens_details": None}
     return {k: v for k, v in u.items() if v is not None} if drop_none else u
 
@@ -113,6 +123,8 @@ class _OpenAIFormat:
         self.include_usage = bool(opts.get("include_usage"))
         self.continuous = bool(opts.get("continuous_usage_stats"))
         self.want_spec = _bool_field(body, "return_spec_tokens_details")
+        self.parse_reasoning = False   # chat with a reasoning parser on: thinking goes to reasoning_content
+        self.call: toolcalls.CallStream | None = None   # a tool call the parser streams as delta.tool_calls
 
     def head(self, req: EmuRequest) -> dict[str, Any]:
         return {"id": req.id, "object": self.obj, "created": self.created, "model": self.model}
@@ -120,10 +132,17 @@ class _OpenAIFormat:
     def final_usage(self, req: EmuRequest, drop_none: bool = False) -> dict[str, Any]:
         """A finished request's usage: the cached prompt tokens too when the server reports them."""
         cached = req.cached_tokens if self.emu.args.enable_cache_report else None
-        return usage(req.prompt_tokens, req.completion_tokens, drop_none, cached)
+        n = req.completion_tokens
+        return usage(req.prompt_tokens, n, drop_none, cached, self.reasoning(req, n))
+
+    def reasoning(self, req: EmuRequest, n: int) -> int:
+        """usage.reasoning_tokens after n output tokens: counted only where the parser separates the thinking."""
+        return min(n, req.think_len) if self.parse_reasoning else 0
 
     def finish(self, req: EmuRequest) -> tuple[str | None, Any]:
         fr = req.finish_reason or {}
+        if self.call is not None and fr.get("type") == "stop":   # SGLang: a parsed call ends as tool_calls
+            return "tool_calls", None
         return fr.get("type"), fr.get("matched")
 
     def trailer(self, req: EmuRequest, usage_drop_none: bool) -> bytes:
@@ -189,12 +208,20 @@ class ChatFormat(_OpenAIFormat):
         if start == 0:
             out += _sse({**self.head(req), "choices": [self._choice(
                 {"reasoning_content": None, "role": "assistant", "content": ""})]})
-        delta = req.text_between(start, end)
-        if delta:
-            chunk = {**self.head(req), "choices": [self._choice({"reasoning_content": None, "content": delta})]}
-            if self.continuous:
-                chunk["usage"] = usage(req.prompt_tokens, end)
-            out += _sse(chunk)
+        thought, delta = (req.thinking_between(start, end) if self.parse_reasoning
+                          else ("", req.text_between(start, end)))
+        step_usage = usage(req.prompt_tokens, end, reasoning=self.reasoning(req, end)) if self.continuous else None
+        parts: list[dict[str, Any] | None] = [{"reasoning_content": thought} if thought else None]
+        if self.call is not None:
+            parts += [{"tool_calls": [entry]} for entry in self.call.deltas(req.text_upto(end))]
+        else:
+            parts.append({"reasoning_content": None, "content": delta} if delta else None)
+        for part in parts:
+            if part is not None:
+                chunk = {**self.head(req), "choices": [self._choice(part)]}
+                if step_usage is not None:
+                    chunk["usage"] = step_usage
+                out += _sse(chunk)
         if final:
             reason, matched = self.finish(req)
             out += _sse({**self.head(req), "choices": [self._choice({"reasoning_content": None}, reason, matched)]})
@@ -203,9 +230,12 @@ class ChatFormat(_OpenAIFormat):
 
     def whole(self, req: EmuRequest) -> dict[str, Any]:
         reason, matched = self.finish(req)
+        thought, answer = req.thinking_between(0, req.completion_tokens) if self.parse_reasoning else (None, req.text)
+        message: dict[str, Any] = {"role": "assistant", "content": answer, "reasoning_content": thought or None}
+        if self.call is not None:
+            message.update(content=None, tool_calls=[self.call.message()])
         body = {**self.head(req), "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": req.text,
-                                                     "reasoning_content": None},
+                "choices": [{"index": 0, "message": message,
                              "logprobs": None, "finish_reason": reason, "matched_stop": matched}],
                 "usage": self.final_usage(req), "metadata": None}
         details = spec_details(self.emu, req) if self.want_spec else None
@@ -254,7 +284,13 @@ async def _serve(request: web.Request, chat: bool) -> web.StreamResponse:
             raise BadRequest("rid must be a string.")
         model = body.get("model") or emu.served_model_name
         fmt = (ChatFormat if chat else CompletionsFormat)(emu, body, str(model))
-    except BadRequest as exc:
+        call = _planned_call(emu, body) if chat else None
+        thinking = chat and _thinking_on(body) and emu.args.reasoning_tokens > 0 and call is None
+        fmt.parse_reasoning = thinking and emu.args.reasoning_parser is not None \
+            and body.get("separate_reasoning") is not False
+        if call is not None and emu.args.tool_call_parser is not None:
+            fmt.call = toolcalls.CallStream(call)
+    except (BadRequest, toolcalls.BadTools) as exc:
         return _bad(str(exc))
     if max_tokens is None:                       # chat without a limit: clip to the remaining context
         ptoks = estimate_tokens(prompt) if isinstance(prompt, str) else len(prompt)
@@ -262,7 +298,8 @@ async def _serve(request: web.Request, chat: bool) -> web.StreamResponse:
     if min_tokens > max_tokens:
         return _bad(f"min_tokens ({min_tokens}) must be <= max_tokens ({max_tokens}).")
     req = emu.new_request(prompt, "chat" if chat else "completions", rid=rid, max_new_tokens=max_tokens,
-                          min_new_tokens=min_tokens, ignore_eos=ignore_eos, stream_interval=None, stream=stream)
+                          min_new_tokens=min_tokens, ignore_eos=ignore_eos, stream_interval=None, stream=stream,
+                          thinking=thinking, script=call.pieces if call is not None else ())
     if req.fault is not None and req.fault.type == "http":
         return emu.http_fault(req)
     await emu.ready()
@@ -270,6 +307,28 @@ async def _serve(request: web.Request, chat: bool) -> web.StreamResponse:
     if stream:
         return await streaming.stream(request, req, emu.engine, fmt)
     return await emu.wait_whole(req, lambda: emu.abort_error(req) or json_response(fmt.whole(req)))
+
+
+def _planned_call(emu: EmulatorState, body: dict) -> toolcalls.ToolCall | None:
+    """The tool call this chat request answers with, if it is one's turn (toolcalls.calls_due); bad tools: 400."""
+    if body.get("tools") is None:
+        return None
+    toolcalls.tool_names(body["tools"])
+    if not toolcalls.calls_due(body, emu.args.tool_calls):
+        return None
+    return toolcalls.plan_call(emu.engine.rng, body["tools"])
+
+
+def _thinking_on(body: dict) -> bool:
+    """Whether the chat template lets the model think: Qwen3's `chat_template_kwargs.enable_thinking` (on unless
+    false). A `chat_template_kwargs` that is not an object is refused, as SGLang's request model does."""
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is None:
+        return True
+    if not isinstance(kwargs, dict):
+        raise BadRequest(f"1 validation error for ChatCompletionRequest\nchat_template_kwargs\n  Input should be a "
+                         f"valid dictionary [type=dict_type, input_value={kwargs!r}]")
+    return kwargs.get("enable_thinking") is not False
 
 
 async def completions(request: web.Request) -> web.StreamResponse:

@@ -83,8 +83,10 @@ class AlgorithmProfile:
 
     def p_for(self, kind: str) -> float:
         """Acceptance probability of one drafted token for a prompt kind; an unknown kind gets the table's "*"
-        (a twin's pooled figure), else prose's."""
+        (a twin's pooled figure), else prose's; a tool call's JSON (`tool_call`) without its own figure, code's."""
         table = self.accept_p or {}
+        if kind == "tool_call" and kind not in table:
+            kind = "code"
         return table.get(kind, table.get("*", table.get("prose", 0.0)))
 
 

@@ -94,15 +94,17 @@ class Emulator:
 
     def new_request(self, prompt: str | list[int], route: str, *, rid: str | None, max_new_tokens: int,
                     min_new_tokens: int, ignore_eos: bool, stream_interval: int | None,
-                    stream: bool) -> EmuRequest:
+                    stream: bool, thinking: bool = False, script: tuple[str, ...] = ()) -> EmuRequest:
         if isinstance(prompt, str):
             kind, ptoks = infer_kind(prompt), estimate_tokens(prompt)
         else:
             kind, ptoks = "prose", max(1, len(prompt))
         interval = stream_interval or self.args.stream_interval
+        kind = "tool_call" if script else kind   # its output is the call's JSON, whatever the prompt asked
         req = EmuRequest(id=rid or uuid.uuid4().hex, rid=rid, kind=kind, route=route, prompt_tokens=ptoks,
                          max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, ignore_eos=ignore_eos,
                          stream_interval=interval, prompt=prompt,
+                         think_len=self.args.reasoning_tokens if thinking else 0, script=script,
                          t_arrived_ns=ARRIVED_NS.get(None) or time.time_ns())
         if stream and self.faults.enabled:
             per_frame = max(float(interval), self.expected_tokens_per_step(kind))

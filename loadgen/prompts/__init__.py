@@ -19,6 +19,16 @@ class Conversation:
 
 
 @dataclass(frozen=True, slots=True)
+class Agent:
+    """What an agent session offers and sends back (loadgen/prompts/agent.py): its tools (OpenAI `tools` entries),
+    each tool result's length in characters, and the most tool results one session sends."""
+
+    tools: tuple[dict, ...]
+    result_chars: int
+    max_calls: int
+
+
+@dataclass(frozen=True, slots=True)
 class Prompt:
     """One prompt. Exactly one of `text` (completion routes) or `messages` (chat routes) is set;
     adapters convert between them when a route needs the other form."""
@@ -36,9 +46,11 @@ class Prompt:
     session_id: str | None = None      # a conversation's turn as sent, or the session a trace row names
     turn: int | None = None            # a conversation's turn: requests.turn (a trace row has none: its prompt
     #                                    shares no prefix, so it keeps opting out of prefix reuse)
+    agent: Agent | None = None         # an agent session's turn: the tools go with it (chat: OpenAI `tools`)
 
     @property
     def reuses_prefix(self) -> bool:
         """Meant to hit the server's prefix cache (a conversation's history, a shared context): the request must
         not opt out of prefix reuse (llama.cpp cache_prompt, vLLM cache_salt)."""
-        return self.conversation is not None or self.turn is not None or self.shared_prefix is not None
+        return (self.conversation is not None or self.turn is not None or self.shared_prefix is not None
+                or self.agent is not None)

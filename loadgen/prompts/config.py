@@ -15,7 +15,8 @@ from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.prompts import code_tasks, families, prose_tasks
-from loadgen.prompts.conversation import ConversationConfig, parse_conversation
+from loadgen.prompts.agent import AgentConfig, parse_agent
+from loadgen.prompts.conversation import ConversationConfig, parse_conversation, parse_tasks
 
 BUILTIN_TEMPLATES: dict[str, tuple[str, ...]] = {
     "code": tuple(code_tasks.TEMPLATES),
@@ -25,12 +26,16 @@ BUILTIN_TEMPLATES: dict[str, tuple[str, ...]] = {
 FORMATS = ("jsonl", "sharegpt", "question-jsonl", "humaneval")
 
 _TOP_KEYS = ("seed", "max_new_tokens", "ignore_eos", "temperature", "min_prompt_chars",
-             "max_prompt_chars", "input_tokens", "system_prefix", "chat", "sources")
+             "max_prompt_chars", "input_tokens", "system_prefix", "chat", "sources", "extra_body")
+# Body fields loadgen sets itself on the OpenAI routes (client/protocol/openai.py): extra_body may not replace them
+_OWN_BODY_FIELDS = ("model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "stream",
+                    "stream_options", "ignore_eos", "return_spec_tokens_details", "rid", "cache_prompt", "cache_salt")
 MAX_INPUT_TOKENS = 1 << 20   # far above any context window: a larger value is a typo
 _PREFIX_KEYS = ("shared_prefix_tokens", "prefixes")
 _BUILTIN_KEYS = ("kind", "weight", "templates") + _PREFIX_KEYS
 _DATASET_KEYS = ("format", "path", "weight", "kind", "name") + _PREFIX_KEYS
 _CONVERSATION_KEYS = ("kind", "weight", "turns", "think_time_s", "tasks") + _PREFIX_KEYS
+_AGENT_KEYS = ("kind", "weight", "tools", "tool_result_tokens", "max_calls", "tasks") + _PREFIX_KEYS
 MAX_PREFIXES = 1000   # each starts at its own documentation paragraph (shared_prefix.py)
 
 
@@ -48,6 +53,7 @@ class SourceConfig:
     path: Path | None = None          # dataset file (humaneval: None = the package's own data)
     kind: str | None = None           # datasets: forces this kind on every row
     conversation: ConversationConfig | None = None   # kind = "conversation": turns, think time, opening kinds
+    agent: AgentConfig | None = None  # kind = "agent": tools, tool result length, calls per session, opening kinds
     shared_prefix_tokens: int | None = None   # each prompt starts with one of `prefixes` shared contexts this long
     prefixes: int = 1
 
@@ -78,6 +84,7 @@ class PromptsConfig:
     chat: bool = False                # messages for chat routes, text for completion routes
     key: str = "prompts"
     input_tokens: InputTokens | None = None  # set: lengths in the server's tokens, the char bounds unused
+    extra_body: tuple[tuple[str, Any], ...] = ()  # more request-body fields (OpenAI routes), e.g. thinking controls
 
     def describe(self) -> str:
         """Short label for steps.prompt_mix, e.g. "code:0.5,prose:0.5"."""
@@ -126,7 +133,24 @@ def parse_prompts_config(table: dict, key: str = "prompts", base_dir: Path = Pat
         chat=_bool(table, "chat", False, key),
         key=key,
         input_tokens=input_tokens,
+        extra_body=parse_extra_body(table.get("extra_body"), f"{key}.extra_body"),
     )
+
+
+def parse_extra_body(raw: Any, key: str) -> tuple[tuple[str, Any], ...]:
+    """`extra_body = { chat_template_kwargs = { enable_thinking = false } }`: fields added to every request body of
+    the OpenAI routes, as they are; none may be a field loadgen sets itself."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ConfigError(key, f"must be a table, got {raw!r}",
+                          "write extra_body = { chat_template_kwargs = { enable_thinking = false } }")
+    for name in raw:
+        if name in _OWN_BODY_FIELDS:
+            hint = "max_new_tokens" if name in ("max_tokens", "max_completion_tokens") else name
+            raise ConfigError(f"{key}.{name}", "is a field loadgen sets itself",
+                              f"use prompts.{hint}" if hint in _TOP_KEYS else "drop it from extra_body")
+    return tuple(raw.items())
 
 
 def parse_input_tokens(raw: Any, key: str) -> InputTokens | None:
@@ -174,8 +198,8 @@ def _source(entry: Any, key: str, base_dir: Path) -> SourceConfig:
         raise ConfigError(f"{key}.weight", f"must be >= 0, got {weight}", "use a positive weight such as 0.5")
     prefix_tokens, prefixes = _shared_prefix(entry, key)
     if "format" not in entry:
-        source = _conversation(entry, key, weight) if entry.get("kind") == "conversation" else \
-            _builtin(entry, key, weight)
+        session = {"conversation": _conversation, "agent": _agent}.get(str(entry.get("kind")), _builtin)
+        source = session(entry, key, weight)
         return replace(source, shared_prefix_tokens=prefix_tokens, prefixes=prefixes)
     _reject_unknown(entry, _DATASET_KEYS, key)
     fmt = entry["format"]
@@ -215,13 +239,20 @@ def _conversation(entry: dict, key: str, weight: float) -> SourceConfig:
     return SourceConfig(key=key, weight=weight, name=name, builtin="conversation", conversation=conversation)
 
 
+def _agent(entry: dict, key: str, weight: float) -> SourceConfig:
+    _reject_unknown(entry, _AGENT_KEYS, key)
+    agent = parse_agent(entry, key, parse_tasks(entry, key, tuple(BUILTIN_TEMPLATES)))
+    name = "agent" if agent.tasks == ("code", "prose") else f"agent[{'+'.join(agent.tasks)}]"
+    return SourceConfig(key=key, weight=weight, name=name, builtin="agent", agent=agent)
+
+
 def _builtin(entry: dict, key: str, weight: float) -> SourceConfig:
     _reject_unknown(entry, _BUILTIN_KEYS, key)
     kind = entry.get("kind")
     if kind not in BUILTIN_TEMPLATES:
         raise ConfigError(f"{key}.kind", f"unknown built-in source {kind!r}",
-                          f"use kind = one of {', '.join(BUILTIN_TEMPLATES)} or conversation, or give a dataset with "
-                          f"format = one of {', '.join(FORMATS)}")
+                          f"use kind = one of {', '.join(BUILTIN_TEMPLATES)}, conversation or agent, or give a dataset "
+                          f"with format = one of {', '.join(FORMATS)}")
     known = BUILTIN_TEMPLATES[kind]
     chosen = entry.get("templates", list(known))
     if (not isinstance(chosen, list) or not chosen or len(set(chosen)) != len(chosen)

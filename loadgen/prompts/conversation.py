@@ -82,15 +82,20 @@ class ConversationConfig:
 
 def parse_conversation(entry: dict, key: str, builtin_kinds: tuple[str, ...]) -> ConversationConfig:
     """The conversation keys of a source (`turns`, `think_time_s`, `tasks`); ConfigError naming the key."""
+    return ConversationConfig(
+        turns=_spread(entry.get("turns", {"min": 2, "max": 6}), f"{key}.turns", 1, MAX_TURNS, whole=True),
+        think_time_s=_spread(entry.get("think_time_s", 0.0), f"{key}.think_time_s", 0.0, MAX_THINK_S, whole=False),
+        tasks=parse_tasks(entry, key, builtin_kinds))
+
+
+def parse_tasks(entry: dict, key: str, builtin_kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """A session source's `tasks`: the built-in kinds its sessions open with (code and prose by default)."""
     tasks = entry.get("tasks", ["code", "prose"])
     if (not isinstance(tasks, list) or not tasks or len(set(tasks)) != len(tasks)
             or any(t not in builtin_kinds for t in tasks)):
         raise ConfigError(f"{key}.tasks", f"must be a non-empty list of distinct built-in kinds, got {tasks!r}",
                           f"choose from {', '.join(builtin_kinds)}")
-    return ConversationConfig(
-        turns=_spread(entry.get("turns", {"min": 2, "max": 6}), f"{key}.turns", 1, MAX_TURNS, whole=True),
-        think_time_s=_spread(entry.get("think_time_s", 0.0), f"{key}.think_time_s", 0.0, MAX_THINK_S, whole=False),
-        tasks=tuple(t for t in builtin_kinds if t in tasks))
+    return tuple(t for t in builtin_kinds if t in tasks)
 
 
 def _spread(raw: Any, key: str, lowest: float, highest: float, whole: bool) -> Spread:

@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from loadgen.errors import ConfigError
 from loadgen.prompts import Prompt
+from loadgen.prompts.agent import tools_text
 from loadgen.prompts.code_tasks import code_pools
 from loadgen.prompts.config import BUILTIN_TEMPLATES, PromptsConfig, SourceConfig, parse_prompts_config
 from loadgen.prompts.conversation import conversation_for, transcript_turn
@@ -127,8 +128,9 @@ class PromptMix:
         return best[1]
 
     def _pools(self, src: SourceConfig) -> list[Pool]:
-        if src.conversation is not None:   # sessions open with a task of these kinds, every template
-            pools = [p for kind in src.conversation.tasks for p in _builtin_pools(kind, BUILTIN_TEMPLATES[kind])]
+        session = src.conversation or src.agent
+        if session is not None:   # sessions open with a task of these kinds, every template
+            pools = [p for kind in session.tasks for p in _builtin_pools(kind, BUILTIN_TEMPLATES[kind])]
         elif src.builtin is not None:
             pools = _builtin_pools(src.builtin, src.templates)
         else:
@@ -164,15 +166,20 @@ class PromptMix:
         the text's first paragraphs for completion routes. A conversation's opening is a transcript turn on text
         routes (`User: ...` then `Assistant:`, which its answer continues), and carries the session's later
         messages."""
-        system = "\n\n".join(p for p in (self.cfg.system_prefix, prefix[1] if prefix else None) if p)
+        agent = src.agent.agent if src.agent is not None else None
+        tools = tools_text(agent) if agent is not None and not self.cfg.chat else None   # chat: OpenAI `tools`
+        system = "\n\n".join(p for p in (self.cfg.system_prefix, prefix[1] if prefix else None, tools) if p)
         text = messages = None
         if self.cfg.chat:
             messages = (({"role": "system", "content": system},) if system else ()) + task.messages
         else:
-            body = transcript_turn(task.text) if src.conversation is not None else task.text
+            session = src.conversation is not None or agent is not None
+            body = transcript_turn(task.text) if session else task.text
             text = f"{system}\n\n{body}" if system else body
         prompt = Prompt(task.task_id, task.kind, task.template, text, messages, target,
                         shared_prefix=prefix[0] if prefix else None)
+        if agent is not None:
+            return replace(prompt, prompt_id=f"agent/{task.task_id}", template=f"agent/{task.template}", agent=agent)
         if src.conversation is None:
             return prompt
         return replace(prompt, prompt_id=f"conversation/{task.task_id}", template=f"conversation/{task.template}",

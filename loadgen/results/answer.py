@@ -247,6 +247,25 @@ def fleet_lines(con: duckdb.DuckDBPyConnection) -> list[str]:
     return lines
 
 
+def reasoning_lines(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Per target whose requests thought (queries/reasoning.sql): the thinking against the answer, level by level:
+    `mtp thinks 40 tokens before a 56-token answer: C=2 TTFT 88 ms, answer 646 ms, tokens/frame 1.84 thinking vs
+    2.09 answering`."""
+    levels: dict[tuple[str, str], list[str]] = {}
+    sizes: dict[tuple[str, str], tuple[float, float]] = {}
+    for r in analysis.run_query(con, "reasoning").to_pylist():
+        key = (r["run_id"], r["target"])
+        sizes.setdefault(key, (r["reasoning_tokens"], r["answer_tokens"]))
+        level = f"C={r['concurrency']}" if r["concurrency"] is not None else f"{r['rate']:g} req/s"
+        accept = (f", tokens/frame {r['think_accept_len']:.2f} thinking vs {r['answer_accept_len']:.2f} answering"
+                  if r["think_accept_len"] is not None and r["answer_accept_len"] is not None else "")
+        levels.setdefault(key, []).append(f"{level} TTFT {r['ttft_p50_ms']:.0f} ms, answer "
+                                          f"{r['answer_p50_ms']:.0f} ms{accept}"
+                                          if r["answer_p50_ms"] is not None else f"{level} no answer came")
+    return [f"{target} thinks {sizes[(run, target)][0]:.0f} tokens before a {sizes[(run, target)][1]:.0f}-token "
+            f"answer: {'; '.join(found)}" for (run, target), found in levels.items()]
+
+
 def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -> str:
     """What the job prints after a run: headlines, then a table per comparison, then the command for the rest
     (the summary files' folder is the job's last line)."""
@@ -256,6 +275,7 @@ def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -
         "one series only: nothing to compare (add a second target to compare algorithms)"]
     words += hardware_lines(con) + capacity_lines(con) + [f"energy: {line}" for line in energy_lines(con)]
     words += cost_lines(analysis.run_query(con, "cost").to_pylist())
+    words += reasoning_lines(con)
     if any(lv.emulated for c in found for lv in c.levels):
         words.append("(emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
     lines = ["", "answer:"] + [fitted(f"  {line}") for line in words]
@@ -280,14 +300,15 @@ def write_summary(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str,
     folder = summary_dir(results_dir, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     fleet, cost = fleet_lines(con), cost_lines(analysis.run_query(con, "cost").to_pylist())
+    reasoning = reasoning_lines(con)
     data = {"run_id": run_id, "status": status, "fleet": fleet, "capacity": capacity_lines(con),
-            "hardware": hardware_lines(con), "energy": energy_lines(con), "cost": cost,
+            "hardware": hardware_lines(con), "energy": energy_lines(con), "cost": cost, "reasoning": reasoning,
             "comparisons": [asdict(c) for c in found]}
     (folder / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
     md = [f"# {run_id} ({status})", ""] + [f"- **{line}**" for line in fleet]
     md += [f"- **{c.other} vs {c.baseline}**: {c.headline}" for c in found] + [
         f"- **{line}**" for line in hardware_lines(con)] + [f"- {line}" for line in capacity_lines(con)] + [
-        f"- energy: {line}" for line in energy_lines(con)] + [f"- {line}" for line in cost]
+        f"- energy: {line}" for line in energy_lines(con)] + [f"- {line}" for line in cost + reasoning]
     for c in found:
         md += ["", f"## {c.other} vs {c.baseline}", "", _markdown(c)]
     (folder / "summary.md").write_text("\n".join(md) + "\n")

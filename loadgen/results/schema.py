@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 6  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
+SCHEMA_VERSION = 7  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
                     # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
                     # 5: requests.prompt_tokens_target
                     # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md); requests.resent;
                     #    requests.session_id, turn, shared_prefix (conversations, shared contexts, trace sessions);
                     #    requests.completion_tokens_target, steps.speedup (trace replay), steps.ramp,
                     #    steps.level_start, steps.level_end (ramps); steps.predicted (a twin's prediction)
+                    # 7: requests.t_first_answer_ns, reasoning_tokens, reasoning_from (reasoning models);
+                    #    requests.turn_kind (agent sessions)
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -114,7 +116,9 @@ REQUESTS = pa.schema([
     ("t_scheduled_ns", pa.int64()),
     ("t_sent_ns", pa.int64()),
     ("t_headers_ns", pa.int64()),
-    ("t_first_token_ns", pa.int64()),
+    ("t_first_token_ns", pa.int64()),   # the first output of any kind: a thought or the answer
+    ("t_first_answer_ns", pa.int64()),  # the first answer output (after the thinking); = t_first_token_ns without
+                                        # thinking; NULL: no answer came, or unknown (native route of a thinker)
     ("t_last_token_ns", pa.int64()),
     ("t_done_ns", pa.int64()),            # a complete response: the stamp of its last read; else when it was cut
     ("server_e2e_s", pa.float64()),
@@ -122,6 +126,9 @@ REQUESTS = pa.schema([
     ("status", pa.string()),
     ("http_status", pa.int32()),
     ("error", pa.string()),
+    ("turn_kind", pa.string()),         # an agent session's turn: tool_call (the server called a tool) | answer
+    ("reasoning_tokens", pa.int64()),   # thinking tokens (</think> included): 0 without thinking; NULL: unknown
+    ("reasoning_from", pa.string()),    # server (its usage / meta_info reasoning_tokens) | stream (counted by loadgen)
     ("resent", pa.bool_()),             # sent again on a new connection: its kept-alive one was closed before any
                                         # response byte (the server never read it); t_sent_ns is the resend's
 ])

@@ -14,7 +14,7 @@ import pytest
 from loadgen.config.cost import Prices
 from loadgen.results import analysis
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 
 EMULATOR = """
 [targets.emulator]

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_queries_gpu import _tokens, gpu_step
 
 from loadgen.config import parse_experiment
 from loadgen.config.cost import Prices
@@ -19,9 +20,8 @@ from loadgen.results import analysis, answer
 from loadgen.results.report.data import load_report
 from loadgen.results.report.findings import verdict
 from sqlfixtures import Results
-from test_queries_gpu import _tokens, gpu_step
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 TARGETS = [{"name": "mtp", "url": "http://127.0.0.1:30000"},
            {"name": "dflash2", "url": "http://127.0.0.1:30001", "cost": {"node_hour": 3.0}}]
 

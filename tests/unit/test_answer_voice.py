@@ -3,10 +3,11 @@ crossover, a fleet's answer names the node off the fleet first, and every line f
 
 from __future__ import annotations
 
+from test_queries_compare import add_series
+
 from loadgen.results import answer
 from loadgen.results.analysis import open_results, run_query
 from sqlfixtures import Results
-from test_queries_compare import add_series
 
 
 def _pair(tmp_path, base: dict[int, list[float]], other: dict[int, list[float]]):

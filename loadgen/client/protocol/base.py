@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from loadgen.prompts import Prompt
 from loadgen.results import schema
@@ -21,12 +22,13 @@ class SamplingSpec:
     max_new_tokens: int
     ignore_eos: bool = True
     temperature: float = 0.0
+    extra_body: tuple[tuple[str, Any], ...] = ()   # prompts.extra_body: more fields of an OpenAI route's body
 
     def for_prompt(self, prompt: Prompt) -> SamplingSpec:
         """The policy for one prompt: its own output length (a trace row's) when it has one."""
         if prompt.max_new_tokens is None or prompt.max_new_tokens == self.max_new_tokens:
             return self
-        return SamplingSpec(prompt.max_new_tokens, self.ignore_eos, self.temperature)
+        return SamplingSpec(prompt.max_new_tokens, self.ignore_eos, self.temperature, self.extra_body)
 
 
 class FrameBuffer:
@@ -68,7 +70,8 @@ class StreamState:
     """Everything measured about one request; becomes exactly one `requests` row. Its fields are the
     MEASURED columns (slots: attribute access on the hot path stays slot access), plus its working state."""
 
-    __slots__ = MEASURED + ("prompt", "cum_tokens", "finished", "saw_done", "frames")
+    __slots__ = MEASURED + ("prompt", "cum_tokens", "finished", "saw_done", "frames", "thought", "think_open",
+                            "reasoning_cum")
     # Types of the fields __init__ sets to None in chains (declarations only: nothing is stored on the class).
     server_request_id: str | None
     finish_reason: str | None
@@ -82,6 +85,10 @@ class StreamState:
     t_sent_ns: int | None
     t_headers_ns: int | None
     t_first_token_ns: int | None
+    t_first_answer_ns: int | None
+    reasoning_tokens: int | None
+    reasoning_from: str | None
+    turn_kind: str | None
     t_last_token_ns: int | None
     t_done_ns: int | None
 
@@ -95,7 +102,7 @@ class StreamState:
         self.prompt_tokens = self.completion_tokens = self.cached_tokens = None
         self.spec_verify_ct = self.spec_accept_length = self.server_e2e_s = None
         self.t_sent_ns = self.t_headers_ns = self.t_first_token_ns = self.t_last_token_ns = None
-        self.t_done_ns = None
+        self.t_done_ns = self.t_first_answer_ns = self.reasoning_tokens = self.reasoning_from = self.turn_kind = None
         self.http_status: int | None = None
         self.status: str | None = None
         self.num_frames = 0
@@ -103,6 +110,19 @@ class StreamState:
         self.resent = False     # sent again on a new connection (loadgen.client.http_stream)
         self.finished = False   # a frame with a finish reason arrived
         self.saw_done = False   # `data: [DONE]` arrived
+        self.thought = False    # thinking arrived (reasoning_content, or text after an inline <think>)
+        self.think_open = False  # inside inline <think> ... </think> text
+        self.reasoning_cum = 0  # tokens of the frames read before the read that held the first answer output
+
+    def see_output(self, answer: object, reasoning: object, t_ns: int) -> None:
+        """Until the answer starts (t_first_answer_ns is None), a frame's output before its tokens are added:
+        `reasoning` is a reasoning parser's text, `answer` the route's own text (maybe inline think tags)."""
+        if t_ns != self.t_last_token_ns:
+            self.reasoning_cum = self.cum_tokens   # the frames of earlier reads: all thinking so far
+        if reasoning and isinstance(reasoning, str):
+            self.thought = True
+        if answer and isinstance(answer, str) and _answers(self, answer):
+            self.t_first_answer_ns = t_ns
 
     def add_frame(self, t_ns: int, tokens: int | None, cum_tokens: int | None, nbytes: int) -> None:
         """Record one frame that carries output."""
@@ -139,6 +159,36 @@ class StreamState:
                 self.error = self.error or "stream ended without a finish frame"
         if self.completion_tokens is None and self.num_frames:
             self.completion_tokens = self.cum_tokens or None
+        self._reasoning()
+
+    def _reasoning(self) -> None:
+        """Thinking tokens: the server's count where it gives one, else counted from the frames before the answer
+        (NULL when the frames carried no token counts); no thinking seen: 0, and the first output is the answer."""
+        if self.reasoning_tokens:
+            self.reasoning_from = "server"
+        elif self.thought:
+            answered = self.t_first_answer_ns is not None
+            self.reasoning_tokens = (self.reasoning_cum or None) if answered else self.completion_tokens
+            self.reasoning_from = "stream"
+        elif self.num_frames:
+            self.reasoning_tokens, self.reasoning_from = 0, "stream"
+            self.t_first_answer_ns = self.t_first_token_ns
+
+
+def _answers(state: StreamState, text: str) -> bool:
+    """Whether output text carries answer (not inline thinking): `<think>` opens thinking when nothing but white
+    space precedes it, `</think>` closes it; after thinking, white space alone is not yet the answer."""
+    if state.think_open:
+        end = text.find("</think>")
+        if end < 0:
+            return False
+        state.think_open = False
+        return bool(text[end + 8:].strip())
+    start = text.find("<think>")
+    if start >= 0 and not text[:start].strip():
+        state.thought = state.think_open = True
+        return _answers(state, text[start + 7:])
+    return not state.thought or bool(text.strip())
 
 
 class Adapter(ABC):

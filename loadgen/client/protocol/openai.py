@@ -12,6 +12,11 @@ counted and from where (see shared/reference/sglang-protocol.md):
   verify-step count, derived from llama.cpp's server source; cached prompt tokens from `cache_n`);
 - TTFT at the first frame with output: non-empty text / content / reasoning_content, or advancing usage. Chat's
   role frame and the separate finish frame carry none;
+- reasoning: until the answer starts, each frame's output is looked at (StreamState.see_output): chat's
+  `delta.reasoning_content` (a reasoning parser) or text inside inline `<think>...</think>` is thinking, the first
+  other text is the answer (t_first_answer_ns); the server's `usage.reasoning_tokens` (SGLang, top level) or
+  `usage.completion_tokens_details.reasoning_tokens` (OpenAI's place) is taken where it is non-zero. After the
+  answer starts a frame costs nothing more;
 - `finish_reason` "abort" and the in-band `{"error": {...}}` chunk are server aborts; a stream that ends without
   a finish reason is `stream_broken` (StreamState.close).
 """
@@ -56,8 +61,8 @@ class _OpenAIAdapter(Adapter):
 
     @staticmethod
     @abstractmethod
-    def _output(choice: dict) -> object:
-        """The frame's output text (any non-empty string counts as output)."""
+    def _texts(choice: dict) -> tuple[object, object]:
+        """The frame's (answer text, reasoning text); any non-empty string counts as output."""
 
     def body(self, request_id: str, prompt: Prompt, sampling: SamplingSpec) -> bytes:
         o = self.options
@@ -68,6 +73,7 @@ class _OpenAIAdapter(Adapter):
                     stream_options={"include_usage": True, "continuous_usage_stats": o.continuous_usage})
         if sampling.ignore_eos:
             body["ignore_eos"] = True
+        body.update(sampling.extra_body)   # thinking controls and the like; none of them is a field set here
         if o.spec_details:
             body["return_spec_tokens_details"] = True
         if o.sglang:
@@ -118,6 +124,8 @@ class _OpenAIAdapter(Adapter):
         if not isinstance(choice, dict):
             state.fail("malformed_frame", f"choice is not an object: {payload[:200]!r}")
             return
+        if state.t_first_answer_ns is None:   # thinking or answer: only until the answer starts
+            state.see_output(*self._texts(choice), t_ns)
         # Per-frame counts only from a stream whose every output frame carried usage: a server that puts
         # usage on the last frame alone must not have the whole total attributed to that frame.
         if cum is not None and (state.cum_tokens or not state.num_frames):
@@ -125,8 +133,8 @@ class _OpenAIAdapter(Adapter):
                 state.add_frame(t_ns, cum - state.cum_tokens, cum, len(payload))
                 state.cum_tokens = cum
         else:
-            output = self._output(choice)
-            if output and isinstance(output, str):
+            answer, reasoning = self._texts(choice)
+            if (answer and isinstance(answer, str)) or (reasoning and isinstance(reasoning, str)):
                 state.add_frame(t_ns, None, None, len(payload))
         reason = choice.get("finish_reason")
         if reason is not None:
@@ -146,8 +154,8 @@ class OpenAICompletionsAdapter(_OpenAIAdapter):
         return {"prompt": prompt_text(prompt)}
 
     @staticmethod
-    def _output(choice: dict) -> object:
-        return choice.get("text")
+    def _texts(choice: dict) -> tuple[object, object]:
+        return choice.get("text"), None
 
 
 class OpenAIChatAdapter(_OpenAIAdapter):
@@ -156,14 +164,16 @@ class OpenAIChatAdapter(_OpenAIAdapter):
 
     def _prompt_fields(self, prompt: Prompt) -> dict:
         messages = prompt.messages if prompt.messages is not None else ({"role": "user", "content": prompt.text},)
+        if prompt.agent is not None:   # an agent session's turn offers its tools
+            return {"messages": list(messages), "tools": list(prompt.agent.tools)}
         return {"messages": list(messages)}
 
     @staticmethod
-    def _output(choice: dict) -> object:
+    def _texts(choice: dict) -> tuple[object, object]:
         delta = choice.get("delta")
         if not isinstance(delta, dict):
-            return None
-        return delta.get("content") or delta.get("reasoning_content")  # reasoning is output too (TTFT)
+            return None, None
+        return delta.get("content"), delta.get("reasoning_content")  # reasoning is output too (TTFT)
 
 
 def prompt_text(prompt: Prompt) -> str:
@@ -187,6 +197,11 @@ def _totals(state: StreamState, usage: dict, completion_tokens: int) -> None:
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict):
         state.cached_tokens = as_int(details.get("cached_tokens"))
+    completion_details = usage.get("completion_tokens_details")
+    reasoning = usage.get("reasoning_tokens")   # SGLang: top level; OpenAI (vLLM): completion_tokens_details
+    if reasoning is None and isinstance(completion_details, dict):
+        reasoning = completion_details.get("reasoning_tokens")
+    state.reasoning_tokens = as_int(reasoning)
 
 
 def _spec_details(state: StreamState, details: object) -> None:

@@ -90,6 +90,7 @@ def _finish(state: StreamState, meta: dict) -> None:
     state.completion_tokens = as_int(meta.get("completion_tokens"))
     state.prompt_tokens = as_int(meta.get("prompt_tokens"))
     state.cached_tokens = as_int(meta.get("cached_tokens"))
+    state.reasoning_tokens = as_int(meta.get("reasoning_tokens"))  # the text is not read: no count of our own
     state.spec_verify_ct = as_int(meta.get("spec_verify_ct"))
     accept = meta.get("spec_accept_length")
     state.spec_accept_length = float(accept) if isinstance(accept, (int, float)) else None
