@@ -13,15 +13,13 @@ from __future__ import annotations
 import functools
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 from ray.util.metrics import Counter, Gauge
 
 from loadgen.clock import now_ns
-
-if TYPE_CHECKING:
-    from loadgen.driver.progress import Tally
+from loadgen.driver.tally import Tally
 
 EXPORT_EVERY_S = 5.0              # the driver polls its workers and exports at least this often
 QUANTILES = (0.5, 0.9, 0.99)      # of the recent TTFT and ITL
