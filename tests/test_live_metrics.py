@@ -9,7 +9,6 @@ import json
 import tempfile
 import threading
 import urllib.request
-from pathlib import Path
 
 import duckdb
 import pytest
