@@ -10,6 +10,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from loadgen.client import arrivals, ramps
+from loadgen.results.slo import Slo
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class StepSpec:
     users: ramps.UserRamp | None = None   # closed-loop ramp: when each of this worker's users runs
     window_starts: tuple[int, ...] = ()   # a ramp's later windows: from each on, rows go under the next step id
     warmup_requests: int = 0         # fixed-count step: this worker's first requests are warm-up (in its quota)
+    slo: Slo | None = None           # the run's SLO: the live attainment judges measured requests against it
 
     def step_of(self, t_ns: int) -> int:
         """The step id a request sent, or a frame or sample taken, at `t_ns` is filed under (a ramp's window)."""
@@ -59,6 +61,10 @@ class WorkerProgress:
     t_first_measured_ns: int | None = None   # when its first measured request was planned (warm-up's end)
     tokens: int = 0                  # output tokens received in the step so far (finished and in flight)
     early_stop: str | None = None    # the first request the server ended with 'stop' despite ignore_eos, in words
+    recent_ttft_ms: tuple[float, ...] = ()   # the last finished ok requests' TTFT (livestats.RECENT at most)
+    recent_itl_ms: tuple[float, ...] = ()    # ... and ITL (mean time per output token after the first)
+    slo_judged: int = 0              # measured requests finished so far, cut ones aside (the run has an SLO)
+    slo_met: int = 0                 # ... of them ok within every line of the SLO
 
     @property
     def finished(self) -> int:

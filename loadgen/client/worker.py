@@ -28,6 +28,7 @@ import ray
 
 from loadgen.client import arrivals, ramps, sessions
 from loadgen.client.http_stream import Endpoint, ReadLoop, stream_request
+from loadgen.client.livestats import LiveStats
 from loadgen.client.messages import StepSpec, WorkerProgress
 from loadgen.client.preflight import read_api_key
 from loadgen.client.protocol import adapter_for
@@ -98,6 +99,7 @@ class LoadWorker(StepWatch):
         self.sent = 0
         self.outcomes: dict[str, int] = {}
         self.tokens = 0
+        self.live = LiveStats()   # the live metrics' latency figures, worked out when the driver polls
         self.session = None
 
     # the step
@@ -120,6 +122,7 @@ class LoadWorker(StepWatch):
         self.sent = 0
         self.outcomes = {}
         self.tokens = 0
+        self.live.begin(step.slo)
         self.run_task = asyncio.create_task(self._run(step))
 
     async def _run(self, step: StepSpec) -> None:
@@ -227,6 +230,7 @@ class LoadWorker(StepWatch):
             self.outcomes[status] = self.outcomes.get(status, 0) + 1
             self.tokens += state.completion_tokens or 0
             self.shipper.add(state)
+            self.live.add(state)
             if state.finish_reason == "stop" and self.sampling.ignore_eos and not self.early_stop:
                 self._warn_early_stop(state)
         return status
@@ -266,8 +270,11 @@ class LoadWorker(StepWatch):
         quota_done = step is not None and step.max_requests is not None and self.sent >= step.max_requests
         unsettled = self.shipper.unsettled(p.state for p in self.streams.values())
         tokens = self.tokens + sum(p.state.cum_tokens for p in self.streams.values())
+        live = self.live
+        live.fold()
         return WorkerProgress(self.name, len(self.streams), self.measure_open, self.sent, quota_done,
-                              dict(self.outcomes), unsettled, self.t_first_measured_ns, tokens, self.early_stop)
+                              dict(self.outcomes), unsettled, self.t_first_measured_ns, tokens, self.early_stop,
+                              tuple(live.ttft_ms), tuple(live.itl_ms), live.judged, live.met)
 
     async def stop_step(self, reason: str = "step ended") -> dict:
         """Stop issuing, cut what is still running (status cancelled), write every row, return counts."""

@@ -101,6 +101,11 @@ def bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placement
     fits = models or [None] * len(targets)
     built = (replay_prompts(exp.prompts, fits, exp.load.trace.trace) if exp.load.trace else
              prompts_for(exp.prompts, fits, PROMPT_POOL))
+    if exp.load.trace and any(r.hash_ids for r in exp.load.trace.trace.rows):
+        trace = exp.load.trace.trace
+        share = sum(trace.reusable_tokens()) / max(sum(r.input_tokens or 0 for r in trace.rows), 1)
+        log(f"trace {trace.name}: {100 * share:.1f}% of its input tokens are blocks (hash_ids) of earlier rows, "
+            "what a large enough prefix cache reuses")
     pool = actor(PromptPool).options(name=pool_name).remote([p[i::n] for p in built for i in range(n)])
     for target in targets:
         target.pinned.append(pool)

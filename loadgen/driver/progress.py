@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TextIO
 
-from loadgen.client.messages import NOT_FAILED, WorkerProgress
+from loadgen.client.messages import WorkerProgress
 from loadgen.clock import now_ns
+from loadgen.driver.livemetrics import StepLive
+from loadgen.driver.tally import Tally, tallies, target_of
 from loadgen.plan.steps import TargetLoad
 from loadgen.values import WIDTH, counted, fitted
 
@@ -89,39 +91,6 @@ class Console:
             self.terminal.flush()
 
 
-@dataclass
-class Tally:
-    """One target's requests so far in a step, summed over its workers."""
-
-    target: str
-    done: int = 0
-    in_flight: int = 0
-    failed: int = 0
-    tokens: int = 0
-
-    def text(self, seconds: float) -> str:
-        failed = f", {self.failed} failed" if self.failed else ""
-        return (f"{self.target} {self.done} done, {self.in_flight} in flight{failed}, "
-                f"{self.tokens / max(seconds, 1e-9):.0f} tok/s")
-
-
-def target_of(worker: str) -> str:
-    """The target a worker serves: workers are named `<target>.w<i>`."""
-    return worker.rsplit(".w", 1)[0]
-
-
-def tallies(targets: list[str], seen: Iterable[WorkerProgress]) -> list[Tally]:
-    by_target = {t: Tally(t) for t in targets}
-    for p in seen:
-        tally = by_target.get(target_of(p.worker))
-        if tally is not None:
-            tally.done += p.finished
-            tally.in_flight += p.in_flight
-            tally.failed += sum(v for k, v in p.outcomes.items() if k not in NOT_FAILED)
-            tally.tokens += p.tokens
-    return list(by_target.values())
-
-
 def progress_text(seconds: float, found: list[Tally], width: int) -> str:
     """`12 s: mtp 8 done, 4 in flight, 67 tok/s | dflash2 ...`; when the targets do not fit side by side, their
     sums and the slowest and fastest target (a fleet)."""
@@ -164,8 +133,9 @@ class StepProgress:
     """One step's voice: its first line, its progress (a live line, or a line every LOG_EVERY_S), its summary."""
 
     def __init__(self, console: Console, name: str, label: str, targets: list[str], t_start_ns: int,
-                 clock: Callable[[], int] = now_ns) -> None:
+                 clock: Callable[[], int] = now_ns, metrics: StepLive | None = None) -> None:
         self.console, self.name, self.label, self.targets = console, name, label, targets
+        self.metrics = metrics   # the live metrics (loadgen.driver.livemetrics), exported as the workers are polled
         self.t_start_ns = t_start_ns
         self.clock = clock
         self.live = console.terminal is not None
@@ -183,15 +153,19 @@ class StepProgress:
             self.console.line(fitted(text))
 
     def due(self) -> bool:
-        """Time for the next redraw or progress line (the window loop polls the workers only then)."""
-        return self.clock() >= self.next_ns
+        """Time for the next redraw, progress line or live metrics export (the window loop polls the workers
+        only then)."""
+        return self.clock() >= self.next_ns or self.metrics is not None and self.metrics.due()
 
     def show(self, seen: Iterable[WorkerProgress]) -> None:
-        """Take the workers' latest progress; draw it when due. A target's first early stop is said at once."""
+        """Take the workers' latest progress; export and draw it when due. A target's first early stop is said at
+        once."""
         for p in seen:
             self.seen[p.worker] = p
         self._warn_early_stops()
-        if not self.due():
+        if self.metrics is not None and self.metrics.due():
+            self.metrics.export(self._tallies(), self._seconds())
+        if self.clock() < self.next_ns:
             return
         now = self.clock()
         self.next_ns = now + self.period_ns
@@ -203,6 +177,16 @@ class StepProgress:
             self.console.live(head + progress_text(seconds, found, width - len(head)))
         else:
             self.console.line("  " + progress_text(seconds, self._tallies(), self.console.width - 2))
+
+    def final(self, seen: Iterable[WorkerProgress]) -> None:
+        """The workers' progress once their step has stopped: the live metrics' last export of the step."""
+        for p in seen:
+            self.seen[p.worker] = p
+        if self.metrics is not None:
+            self.metrics.export(self._tallies(), self._seconds())
+
+    def _seconds(self) -> float:
+        return max(self.clock() - self.t_start_ns, 0) / 1e9
 
     def extended(self, extension: Extension) -> None:
         self.extensions.append(extension)

@@ -15,9 +15,10 @@ from loadgen.config import LoadConfig
 from loadgen.driver import serverdeath, shapes, stop, telemetry
 from loadgen.driver.bringup import Target
 from loadgen.driver.context import RunContext, StepAborted
+from loadgen.driver.livemetrics import StepLive
 from loadgen.driver.progress import StepProgress, step_label
 from loadgen.driver.rows import step_row, write_server_info_samples
-from loadgen.driver.window import Drain, close_windows, stop_workers, wait_for_drain, write_lost_rows
+from loadgen.driver.window import Drain, close_windows, poll, stop_workers, wait_for_drain, write_lost_rows
 from loadgen.errors import TargetError
 from loadgen.plan.steps import PlannedStep, split_concurrency
 from loadgen.results import schema
@@ -93,6 +94,7 @@ def run_step(ctx: RunContext, step: PlannedStep, all_targets: list[Target], tota
     reason = "; ".join(reasons)
     if step.loads[0].probe:   # a search judges the step next: named before the line that says it is done
         stop.during("the judge")
+    progress.final(poll(started.active))
     progress.end(_outcome(counts, lost, interrupted, reason, (t_end - times.start) / 1e9))
     load = ctx.exp.load
     if interrupted:
@@ -145,7 +147,8 @@ def _orders(ctx: RunContext, step: PlannedStep, targets: list[Target]) -> list[_
                             load.stall_timeout_s, load.request_timeout_s, sample_server=worker is t.workers[0],
                             max_requests=None if quota is None else quota + warmup, arrivals=arrival,
                             stagger=i / len(t.workers), realtime_priority=load.realtime_priority,
-                            users=shapes.users(load, level, i, len(t.workers)), warmup_requests=warmup)
+                            users=shapes.users(load, level, i, len(t.workers)), warmup_requests=warmup,
+                            slo=ctx.exp.slo)
             orders.append(_Order(k, i, worker, share, spec))
     return orders
 
@@ -184,8 +187,10 @@ def _step_progress(ctx: RunContext, step: PlannedStep, targets: list[Target], ti
     window += f" after {load.warmup_requests} warm-up requests" if load.warmup_requests and times.counted else ""
     window += f" ({load.ramp.describe()})" if load.ramp else ""
     repeat = None if step.loads[0].probe else step.repeat   # a search's probe says which run it is
+    live = StepLive(ctx.run_id, step.step_id, {t.config.name: load.describe() for t, load in zip(targets, step.loads)},
+                    [(t.config.name, t.gpu.actor) for t in targets if t.gpu is not None and t.gpu.actor is not None])
     progress = StepProgress(ctx.console, name, step_label(name, step.loads, repeat),
-                            [t.config.name for t in targets], times.start)
+                            [t.config.name for t in targets], times.start, metrics=live)
     progress.begin(window)
     return progress
 

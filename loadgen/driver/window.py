@@ -66,7 +66,12 @@ def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_
 def _show(progress: StepProgress | None, workers: list) -> None:
     """Poll the workers' progress for the display, only when it is due (a redraw, or a line in a log)."""
     if progress is not None and progress.due():
-        progress.show(p for p in (_progress(w) for w in workers) if p is not None)
+        progress.show(poll(workers))
+
+
+def poll(workers: list) -> list[WorkerProgress]:
+    """The progress of every worker that answers."""
+    return [p for p in (_progress(w) for w in workers) if p is not None]
 
 
 def _progress(worker: Any) -> WorkerProgress | None:

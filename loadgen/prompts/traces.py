@@ -3,7 +3,9 @@ and optionally its session and its text (load.mode = "trace", docs/workloads.md)
 
 Formats (`load.trace.format`; by default told from the file's first line):
 - `mooncake`: JSON lines `{"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}`
-  (kvcache-ai/Mooncake FAST25-release/traces), optional `session_id`; other keys are ignored.
+  (kvcache-ai/Mooncake FAST25-release/traces), optional `session_id`; other keys are ignored. `hash_ids` name the
+  row's 512-token blocks in order (rows with an id in common share that block: loadgen.prompts.replay builds them
+  so); a row may name at most ceil(input_length / 512) of them.
 - `azure`: CSV `TIMESTAMP,ContextTokens,GeneratedTokens` with ISO date-times (Azure/AzurePublicDataset
   AzureLLMInferenceTrace_code.csv, _conv.csv, the 2024 week-long traces).
 - `jsonl` / `csv`: loadgen's own, `timestamp_s`, `input_tokens`, `output_tokens`, optional `session_id` and
@@ -21,7 +23,7 @@ import json
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -31,6 +33,7 @@ from loadgen.errors import ConfigError
 FORMATS = ("mooncake", "azure", "jsonl", "csv")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _OWN_KEYS = ("timestamp_s", "input_tokens", "output_tokens", "session_id", "text")
+BLOCK_TOKENS = 512   # a Mooncake hash id's block of prompt tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,7 @@ class TraceRow:
     output_tokens: int
     session_id: str | None = None
     text: str | None = None
+    hash_ids: tuple[int, ...] = ()   # a Mooncake row's blocks of BLOCK_TOKENS, in order (the last may be partial)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,17 @@ class Trace:
     def span_s(self) -> float:
         """Seconds from the first row to the last (at the trace's own pace)."""
         return self.rows[-1].t_s if self.rows else 0.0
+
+    def reusable_tokens(self) -> list[int]:
+        """Per row, the tokens of its prompt that a large enough prefix cache holds from earlier rows: its leading
+        hash ids seen in an earlier row, x BLOCK_TOKENS (at most its input length; 0 for a row without ids)."""
+        seen: set[int] = set()
+        out = []
+        for row in self.rows:
+            lead = next((i for i, h in enumerate(row.hash_ids) if h not in seen), len(row.hash_ids))
+            out.append(min(lead * BLOCK_TOKENS, row.input_tokens or 0))
+            seen.update(row.hash_ids)
+        return out
 
     def select(self, start_s: float, duration_s: float | None, sample: float, seed: int) -> Trace:
         """The rows in [start_s, start_s + duration_s) of the trace's time, each kept with probability `sample`
@@ -82,7 +97,7 @@ def read_trace(path: Path, fmt: str | None, key: str) -> Trace:
 
 
 def _shifted(row: TraceRow, t0: float) -> TraceRow:
-    return TraceRow(row.index, row.t_s - t0, row.input_tokens, row.output_tokens, row.session_id, row.text)
+    return replace(row, t_s=row.t_s - t0)
 
 
 @dataclass(frozen=True)
@@ -149,10 +164,11 @@ def _mooncake(text: str, where: _Where) -> Iterator[TraceRow]:
         for name in ("timestamp", "input_length", "output_length"):
             if name not in row:
                 where.bad(line, f'has no "{name}"')
-        yield TraceRow(index, _time(row["timestamp"], where, line) / 1000.0,
-                       _count(row["input_length"], "input_length", where, line),
+        length = _count(row["input_length"], "input_length", where, line)
+        yield TraceRow(index, _time(row["timestamp"], where, line) / 1000.0, length,
                        _count(row["output_length"], "output_length", where, line),
-                       _session(row.get("session_id"), where, line))
+                       _session(row.get("session_id"), where, line),
+                       hash_ids=_hash_ids(row.get("hash_ids", []), length, where, line))
 
 
 def _own_jsonl(text: str, where: _Where) -> Iterator[TraceRow]:
@@ -229,6 +245,17 @@ def _count(value: Any, name: str, where: _Where, line: int) -> int:
     if isinstance(value, bool) or isinstance(value, float) and value != n or n < 0:
         where.bad(line, f"{name} must be a whole number of tokens >= 0, got {value!r}")
     return max(n, 1)
+
+
+def _hash_ids(value: Any, input_length: int, where: _Where, line: int) -> tuple[int, ...]:
+    """A row's block ids: whole numbers, no more blocks of BLOCK_TOKENS than its input_length holds."""
+    if not isinstance(value, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in value):
+        where.bad(line, f"hash_ids {value!r} is not a list of whole numbers")
+    most = math.ceil(input_length / BLOCK_TOKENS)
+    if len(value) > most:
+        where.bad(line, f"hash_ids names {len(value)} blocks of {BLOCK_TOKENS} tokens, more than its input_length "
+                  f"{input_length} holds ({most}); give at most {most} ids or a longer input_length")
+    return tuple(value)
 
 
 def _session(value: Any, where: _Where, line: int) -> str | None:

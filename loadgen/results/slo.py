@@ -42,6 +42,12 @@ class Slo:
             lines.append(f"e2e <= {_duration(self.e2e_s)}")
         return f"{' and '.join(lines)} for {self.attainment:.0%} of requests"
 
+    def met(self, ttft_ms: float | None, tpot_ms: float | None, e2e_s: float | None) -> bool:
+        """An ok request meets the SLO when each figure is at or under its line (a line not set, or a figure
+        undefined, is met): views.sql `step_slo`'s rule, for the live figures (loadgen.client.livestats)."""
+        pairs = ((ttft_ms, self.ttft_ms), (tpot_ms, self.tpot_ms), (e2e_s, self.e2e_s))
+        return all(line is None or value is None or value <= line for value, line in pairs)
+
     def requests_for_clear_pass(self) -> int:
         """The fewest measured requests whose attainment interval can clear the threshold: with every request
         meeting the SLO the Wilson lower bound is n / (n + z^2), so n >= z^2 * a / (1 - a) (35 for a = 0.9)."""

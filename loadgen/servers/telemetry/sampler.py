@@ -44,6 +44,7 @@ class GpuSampler:
         self.reader: NvmlReader | DcgmReader = (NvmlReader(source.devices) if source.kind == "nvml"
                                                 else DcgmReader(source.url or "", source.devices))
         self.rows: list[dict] = []
+        self.last: list[dict] = []   # the latest reading of each GPU: the driver's live metrics
         self.step_id: int | None = None
         self.failed_reads = 0
         self.task: asyncio.Task | None = None
@@ -71,6 +72,10 @@ class GpuSampler:
         rows, self.rows = self.rows, []
         return rows
 
+    async def latest(self) -> list[dict]:
+        """The latest sample's rows (one per GPU; none before the first), kept for the next mark too."""
+        return self.last
+
     async def failures(self) -> int:
         """Reads that failed (an exporter that did not answer once): their samples are missing, nothing else."""
         return self.failed_reads
@@ -95,5 +100,6 @@ class GpuSampler:
         except READ_ERRORS:
             self.failed_reads += 1
             return
-        self.rows += [{"step_id": self.step_id, "t_ns": t_ns, "moment": moment, "source": self.reader.source,
-                       **r.row()} for r in readings]
+        self.last = [{"step_id": self.step_id, "t_ns": t_ns, "moment": moment, "source": self.reader.source,
+                      **r.row()} for r in readings]
+        self.rows += self.last
