@@ -10,6 +10,10 @@
 --                                                  spec_verify_ct = predicted_n - 1 - draft_n_accepted (target
 --                                                  decode passes after the prompt pass; see
 --                                                  loadgen/client/protocol/openai.py _timings for the derivation);
+--                       'vllm per-request metrics' vLLM's `metrics.speculative_decoding` on the usage chunk
+--                                                  (--per-request-spec-decode-metrics), mapped the same way:
+--                                                  spec_verify_ct = completion_tokens - 1 - accepted draft tokens
+--                                                  (openai.py _vllm_spec);
 --                       NULL                       no request carried spec stats
 --   accept_len        sum(completion_tokens) / sum(spec_verify_ct), measured ok requests (SGLang's definition,
 --                     bonus token included; the reference the others are compared with)
@@ -64,6 +68,7 @@ WITH counters AS (   -- one value per counter and sample time (label series summ
 SELECT s.run_id, s.step_id, s.target, v.server, s.algorithm, s.draft_tokens, s.concurrency, s.rate, s."repeat",
        CASE WHEN coalesce(q.with_spec, 0) = 0 THEN NULL
             WHEN v.server = 'llama.cpp' THEN 'llama.cpp timings'
+            WHEN v.server = 'vllm' THEN 'vllm per-request metrics'
             ELSE 'sglang meta_info/sglext' END AS request_source,
        round(a.accept_len, 3) AS accept_len,
        round(a.tokens_per_frame, 3) AS tokens_per_frame,

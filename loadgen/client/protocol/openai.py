@@ -9,7 +9,8 @@ counted and from where (see shared/reference/sglang-protocol.md):
   says more than the frames did: a frame at that chunk's arrival, so frame tokens still sum to the total;
 - speculative stats from SGLang's (>= 0.5.23) `sglext.spec_tokens_details` chunk (`return_spec_tokens_details`),
   or from llama.cpp's `timings` object on the last chunk (`_timings`: its `draft_n_accepted` mapped to SGLang's
-  verify-step count, derived from llama.cpp's server source; cached prompt tokens from `cache_n`);
+  verify-step count, derived from llama.cpp's server source; cached prompt tokens from `cache_n`), or from vLLM's
+  per-request `metrics.speculative_decoding` on the usage chunk (`--per-request-spec-decode-metrics`; `_vllm_spec`);
 - TTFT at the first frame with output: non-empty text / content / reasoning_content, or advancing usage. Chat's
   role frame and the separate finish frame carry none;
 - `finish_reason` "abort" and the in-band `{"error": {...}}` chunk are server aborts; a stream that ends without
@@ -111,6 +112,9 @@ class _OpenAIAdapter(Adapter):
                 timings = obj.get("timings")  # llama.cpp (chat): on the usage chunk
                 if timings is not None:
                     _timings(state, timings)
+                metrics = obj.get("metrics")  # vLLM: per-request metrics on its final usage chunk
+                if isinstance(metrics, dict):
+                    _vllm_spec(state, metrics.get("speculative_decoding"), cum)
             elif choices is None and not isinstance(ext, dict):
                 state.fail("malformed_frame", f"frame without choices, usage or error: {payload[:200]!r}")
             return
@@ -224,6 +228,26 @@ def _timings(state: StreamState, timings: object) -> None:
     prompt_ms, predicted_ms = timings.get("prompt_ms"), timings.get("predicted_ms")
     if isinstance(prompt_ms, (int, float)) and isinstance(predicted_ms, (int, float)) and state.server_e2e_s is None:
         state.server_e2e_s = (prompt_ms + predicted_ms) / 1000.0  # from the slot's start to its last token
+
+
+def _vllm_spec(state: StreamState, spec: object, completion_tokens: int) -> None:
+    """vLLM's per-request `speculative_decoding` metrics (vllm/v1/metrics/stats.py RequestSpecDecodeMetrics,
+    sent with `--per-request-spec-decode-metrics summary|detailed`): `num_spec_steps` target passes verified a
+    draft and accepted `num_accepted_draft_tokens` in all. As in llama.cpp's `_timings`, the first token comes
+    from the prompt pass and every later target pass (with a draft or without) yields its accepted draft tokens
+    plus one, so SGLang's `spec_verify_ct` = completion_tokens - 1 - accepted. vLLM does not trim a draft to the
+    remaining max_tokens budget: tokens accepted past it are dropped, so the figure is floored at the passes that
+    verified a draft. Its own `mean_acceptance_length` (1 + accepted / num_spec_steps) goes to
+    spec_accept_length, the server's figure beside ours."""
+    if not isinstance(spec, dict):
+        return
+    accepted, steps = as_int(spec.get("num_accepted_draft_tokens")), as_int(spec.get("num_spec_steps"))
+    if accepted is None or steps is None:
+        return
+    state.spec_verify_ct = max(completion_tokens - 1 - accepted, steps) or None
+    mean = spec.get("mean_acceptance_length")
+    if isinstance(mean, (int, float)) and not isinstance(mean, bool):
+        state.spec_accept_length = float(mean)
 
 
 def _error_chunk(state: StreamState, error: object) -> None:
