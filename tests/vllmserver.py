@@ -44,8 +44,8 @@ class VllmServer(ServerProcess):
                    VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="1")   # one core; the other for loadgen
         super().__init__([python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port),
-                          "--max-model-len", "2048", "--max-num-seqs", str(max_num_seqs), "--enable-per-request-metrics",
-                          "--enable-prompt-tokens-details", *drafting, *extra],
+                          "--max-model-len", "2048", "--max-num-seqs", str(max_num_seqs),
+                          "--enable-per-request-metrics", "--enable-prompt-tokens-details", *drafting, *extra],
                          log_path, port, env)
 
     def metrics(self) -> dict[str, float]:

@@ -11,6 +11,7 @@ counted and from where (see shared/reference/sglang-protocol.md):
   or from llama.cpp's `timings` object on the last chunk (`_timings`: its `draft_n_accepted` mapped to SGLang's
   verify-step count, derived from llama.cpp's server source; cached prompt tokens from `cache_n`), or from vLLM's
   per-request `metrics.speculative_decoding` on the usage chunk (`--per-request-spec-decode-metrics`; `_vllm_spec`);
+  vLLM's per-request times there give its own e2e time (`--enable-per-request-metrics`);
 - TTFT at the first frame with output: non-empty text / content / reasoning_content, or advancing usage. Chat's
   role frame and the separate finish frame carry none;
 - `finish_reason` "abort" and the in-band `{"error": {...}}` chunk are server aborts; a stream that ends without
@@ -114,7 +115,7 @@ class _OpenAIAdapter(Adapter):
                     _timings(state, timings)
                 metrics = obj.get("metrics")  # vLLM: per-request metrics on its final usage chunk
                 if isinstance(metrics, dict):
-                    _vllm_spec(state, metrics.get("speculative_decoding"), cum)
+                    _vllm_metrics(state, metrics, cum)
             elif choices is None and not isinstance(ext, dict):
                 state.fail("malformed_frame", f"frame without choices, usage or error: {payload[:200]!r}")
             return
@@ -228,6 +229,17 @@ def _timings(state: StreamState, timings: object) -> None:
     prompt_ms, predicted_ms = timings.get("prompt_ms"), timings.get("predicted_ms")
     if isinstance(prompt_ms, (int, float)) and isinstance(predicted_ms, (int, float)) and state.server_e2e_s is None:
         state.server_e2e_s = (prompt_ms + predicted_ms) / 1000.0  # from the slot's start to its last token
+
+
+def _vllm_metrics(state: StreamState, metrics: dict, completion_tokens: int) -> None:
+    """vLLM's per-request `metrics` (vllm/entrypoints/generate/base: `--enable-per-request-metrics` times,
+    `--per-request-spec-decode-metrics` acceptance). Its queue, first-token and generation times together run
+    from the request's entry into the engine's queue to its last token: the server's own e2e time."""
+    times = [metrics.get(k) for k in ("queue_time_ms", "time_to_first_token_ms", "generation_time_ms")]
+    numbers = [float(t) for t in times if isinstance(t, (int, float)) and not isinstance(t, bool)]
+    if len(numbers) == len(times) and state.server_e2e_s is None:
+        state.server_e2e_s = sum(numbers) / 1000.0
+    _vllm_spec(state, metrics.get("speculative_decoding"), completion_tokens)
 
 
 def _vllm_spec(state: StreamState, spec: object, completion_tokens: int) -> None:

