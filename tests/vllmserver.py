@@ -40,12 +40,17 @@ class VllmServer(ServerProcess):
         port = free_port()
         drafting = (["--speculative-config", json.dumps(speculative), "--per-request-spec-decode-metrics",
                      "detailed"] if speculative else [])
+        # One process, one thread, no compilation. vLLM's CPU default (an engine-core process busy-polling a
+        # worker process through shared memory) took a core to wait for the one that computed: on a shared
+        # 2-core machine ~1 token/s. Without torch.compile (its cache failed to load on every start: "'function'
+        # object has no attribute 'finalize_loading'") start-up is seconds, not minutes.
         env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1",   # GiB of KV cache: plenty for a 135M model
-                   VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="1")   # one core; the other for loadgen
+                   VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="1", VLLM_ENABLE_V1_MULTIPROCESSING="0")
         super().__init__([python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port),
                           "--max-model-len", "2048", "--max-num-seqs", str(max_num_seqs),
-                          "--enable-per-request-metrics", "--enable-prompt-tokens-details", *drafting, *extra],
+                          "--enable-per-request-metrics", "--enable-prompt-tokens-details",
+                          "--distributed-executor-backend", "uni", "--enforce-eager", *drafting, *extra],
                          log_path, port, env)
 
     def metrics(self) -> dict[str, float]:
