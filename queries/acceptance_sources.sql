@@ -33,7 +33,9 @@
 --                     its prompt pass). llama.cpp: tokens_predicted_total, spec_decode_num_accepted_tokens_total,
 --                     and the step's finished ok requests of loadgen (llama.cpp counts requests nowhere; its
 --                     counters are updated when a request ends). vLLM: generation_tokens_total,
---                     spec_decode_num_accepted_tokens_total, request_success_total.
+--                     spec_decode_num_accepted_tokens_total, request_success_total; vLLM counts draft tokens
+--                     accepted past a request's max_tokens (then dropped) as accepted, so on vLLM this can exceed
+--                     accept_len by those (at most num_speculative_tokens - 1 a request)
 --   counter_draft_step_len  the servers' own "mean acceptance length": 1 + accepted / drafts, over decode
 --                     steps that verified a draft only (llama.cpp spec_decode_num_drafts_total = its verification
 --                     steps; vLLM spec_decode_num_drafts, vllm/v1/spec_decode/metrics.py). Larger than

@@ -247,16 +247,20 @@ def _vllm_spec(state: StreamState, spec: object, completion_tokens: int) -> None
     sent with `--per-request-spec-decode-metrics summary|detailed`): `num_spec_steps` target passes verified a
     draft and accepted `num_accepted_draft_tokens` in all. As in llama.cpp's `_timings`, the first token comes
     from the prompt pass and every later target pass (with a draft or without) yields its accepted draft tokens
-    plus one, so SGLang's `spec_verify_ct` = completion_tokens - 1 - accepted. vLLM does not trim a draft to the
-    remaining max_tokens budget: tokens accepted past it are dropped, so the figure is floored at the passes that
-    verified a draft. Its own `mean_acceptance_length` (1 + accepted / num_spec_steps) goes to
-    spec_accept_length, the server's figure beside ours."""
+    plus one, so SGLang's `spec_verify_ct` = completion_tokens - 1 - accepted. But vLLM does not trim a draft to
+    the remaining max_tokens budget: tokens its last pass accepted past the budget are counted as accepted and
+    dropped, and that figure is then short by them (seen: one pass in 157 at one request at a time, against the
+    engine's step count). Each streamed frame that advanced the token count came from at least one pass (vLLM
+    streams a pass's tokens together; a slow reader gets passes merged), so frames after the first are a second
+    lower bound that counts such a last pass; the larger of the two (and of the passes that verified a draft) is
+    the figure. Its own `mean_acceptance_length` (1 + accepted / num_spec_steps) goes to spec_accept_length, the
+    server's figure beside ours."""
     if not isinstance(spec, dict):
         return
     accepted, steps = as_int(spec.get("num_accepted_draft_tokens")), as_int(spec.get("num_spec_steps"))
     if accepted is None or steps is None:
         return
-    state.spec_verify_ct = max(completion_tokens - 1 - accepted, steps) or None
+    state.spec_verify_ct = max(completion_tokens - 1 - accepted, steps, state.num_frames - 1) or None
     mean = spec.get("mean_acceptance_length")
     if isinstance(mean, (int, float)) and not isinstance(mean, bool):
         state.spec_accept_length = float(mean)
