@@ -3,9 +3,8 @@ SmolLM2-135M-Instruct as a Hugging Face folder) with n-gram speculative decoding
 (`--per-request-spec-decode-metrics detailed`, `--enable-per-request-metrics`) and cached-token reports: flavour
 detection, and tokens, acceptance, TTFT and prefix-cache control against the server's own counters and figures.
 
-One server for the whole module (start-up is 70-100 s on a free core: torch.compile). A server without a draft
-is not started: what drafting changes is shown on this one by kind (prose drafts little), and loadgen reads a
-server without drafts as the emulator tests and test_llamacpp_server.py show (no spec figures, NULL).
+One drafting server for the whole module, and before it one without drafting for one short run (each healthy in
+20-90 s on this shared machine: eager, no torch.compile; tests/vllmserver.py says why).
 
 The definitions compared (docs/real-servers.md):
 - acceptance per request: vLLM's `metrics.speculative_decoding` on the usage chunk: spec_verify_ct =
@@ -40,13 +39,19 @@ KINDS = [{"kind": "code", "weight": 0.5, "templates": ["type_hints", "find_bug",
 
 
 @pytest.fixture(scope="module")
-def vllm(tmp_path_factory):
+def vllm_install() -> tuple[str, str]:
+    """(python, model) of .ci/build-vllm.sh's install; the test skips, naming the reason, where there is none."""
     paths = vllm_paths()
     if isinstance(paths, str):
         pytest.skip(paths)
-    python, model = paths
+    return paths
+
+
+@pytest.fixture(scope="module")
+def vllm(vllm_install, tmp_path_factory):
+    python, model = vllm_install
     with VllmServer(python, model, tmp_path_factory.mktemp("vllm") / "server.log", speculative=NGRAM) as server:
-        print(f"\nvLLM healthy {server.start_s:.1f} s after launch")
+        print(f"\nvLLM (n-gram drafting) healthy {server.start_s:.1f} s after launch")
         yield server
 
 
@@ -82,6 +87,28 @@ def vllm_run(ray_local, vllm, tmp_path_factory):
         con = analysis.open_results(outcome.results_dir, [outcome.run_id])
         runs[concurrency] = (con, {k: v - before.get(k, 0.0) for k, v in after.items()})
     return runs
+
+
+def test_a_server_without_drafting_gives_no_spec_figures(ray_local, vllm_install, tmp_path):
+    """vLLM without a speculative config (first in the file: stopped before the drafting one starts): no spec
+    counters, no per-request spec metrics, so no acceptance figure is made up; tokens still exact."""
+    python, model = vllm_install
+    with VllmServer(python, model, tmp_path / "server.log") as server:
+        print(f"\nvLLM (no drafting) healthy {server.start_s:.1f} s after launch")
+        before = server.metrics()
+        exp = _experiment("vllm-plain", server.url, {"concurrency": [1], "requests": 2}, {"max_new_tokens": 8})
+        outcome = run_experiment(exp, str(tmp_path / "results"), log=lambda *a: None)
+        delta = {k: v - before.get(k, 0.0) for k, v in server.metrics().items()}
+    assert outcome.status == "complete", outcome.reason
+    con = analysis.open_results(outcome.results_dir, [outcome.run_id])
+    [(info,)] = con.execute("SELECT server_info FROM steps").fetchall()
+    assert json.loads(info)["server"] == "vllm" and json.loads(info)["server_speculative"] == {}
+    rows = _rows(con, "SELECT completion_tokens, spec_verify_ct, spec_accept_length, server_e2e_s FROM requests")
+    assert [r["completion_tokens"] for r in rows] == [8, 8] and delta["vllm:generation_tokens_total"] == 16
+    assert all(r["spec_verify_ct"] is None and r["spec_accept_length"] is None for r in rows), rows
+    assert all(r["server_e2e_s"] is not None for r in rows)   # its per-request times still come
+    [src] = analysis.run_query(con, "acceptance_sources", {}).to_pylist()
+    assert src["request_source"] is None and src["accept_len"] is None and src["counter_draft_step_len"] is None
 
 
 def test_auto_names_vllm_and_records_it_in_steps(vllm_run):
