@@ -101,8 +101,9 @@ def test_a_server_without_drafting_gives_no_spec_figures(ray_local, vllm_install
         delta = {k: v - before.get(k, 0.0) for k, v in server.metrics().items()}
     assert outcome.status == "complete", outcome.reason
     con = analysis.open_results(outcome.results_dir, [outcome.run_id])
-    [(info,)] = con.execute("SELECT server_info FROM steps").fetchall()
+    [(info, algorithm)] = con.execute("SELECT server_info, algorithm FROM steps").fetchall()
     assert json.loads(info)["server"] == "vllm" and json.loads(info)["server_speculative"] == {}
+    assert algorithm == "NONE"   # /metrics without vllm:spec_decode_* (registered only with a speculative config)
     rows = _rows(con, "SELECT completion_tokens, spec_verify_ct, spec_accept_length, server_e2e_s FROM requests")
     assert [r["completion_tokens"] for r in rows] == [8, 8] and delta["vllm:generation_tokens_total"] == 16
     assert all(r["spec_verify_ct"] is None and r["spec_accept_length"] is None for r in rows), rows
@@ -113,7 +114,8 @@ def test_a_server_without_drafting_gives_no_spec_figures(ray_local, vllm_install
 
 def test_auto_names_vllm_and_records_it_in_steps(vllm_run):
     for con, _ in vllm_run.values():
-        [step] = _rows(con, "SELECT flavor, server_version, server_info FROM steps")
+        [step] = _rows(con, "SELECT flavor, algorithm, server_version, server_info FROM steps")
+        assert step["algorithm"] == "UNKNOWN"   # it drafts (its counters exist) but does not say how
         info = json.loads(step["server_info"])
         assert step["flavor"] == "openai-completions"
         assert info["server"] == "vllm" and info["model"] == "smollm2"
