@@ -14,7 +14,8 @@ The definitions compared (docs/real-servers.md):
 - acceptance of the run: the counters' own `1 + accepted / drafts` (vllm:spec_decode_*), and SGLang's tokens per
   pass from the same counters;
 - TTFT: ours from send to the first token; vLLM's `vllm:time_to_first_token_seconds` from the request's arrival
-  in the server, and its per-request `time_to_first_token_ms` from when it was scheduled: ours is larger.
+  in the server, summed over the run (loadgen keeps no per-request server TTFT); per request, vLLM's queue +
+  first token + generation times (`server_e2e_s`) against our e2e: ours is larger.
 """
 
 from __future__ import annotations
