@@ -5,6 +5,7 @@
 #
 #   .ci/build-llama-server.sh            # build or reuse; prints two lines: LLAMA_SERVER=... and LLAMA_MODEL=...
 #   .ci/build-llama-server.sh --reuse-only   # never build (exit 1 with the reason when there is no binary)
+#   .ci/build-llama-server.sh --model-only   # fetch or reuse only the model; prints its path (.ci/build-vllm.sh)
 #
 # Cold: ~6-7 min on 2 cores (cmake + ninja, -j2, only the llama-server target). The tests read the same paths
 # through tests/conftest.py's `llama_server_bin` fixture (or LOADGEN_LLAMA_SERVER / LOADGEN_LLAMA_MODEL).
@@ -52,6 +53,8 @@ EOF
   rm -rf "$tmp"
   MODEL="$(ls "$MODEL_DIR"/*.gguf | head -n1)"
 fi
+
+if [[ "${1:-}" == "--model-only" ]]; then echo "$MODEL"; exit 0; fi
 
 # ---- the server ---------------------------------------------------------------------------------------------
 if [[ ! -x "$BIN" && "${1:-}" == "--reuse-only" ]]; then

@@ -10,6 +10,10 @@
 --                                                  spec_verify_ct = predicted_n - 1 - draft_n_accepted (target
 --                                                  decode passes after the prompt pass; see
 --                                                  loadgen/client/protocol/openai.py _timings for the derivation);
+--                       'vllm per-request metrics' vLLM's `metrics.speculative_decoding` on the usage chunk
+--                                                  (--per-request-spec-decode-metrics), mapped the same way:
+--                                                  spec_verify_ct = completion_tokens - 1 - accepted draft tokens
+--                                                  (openai.py _vllm_spec);
 --                       NULL                       no request carried spec stats
 --   accept_len        sum(completion_tokens) / sum(spec_verify_ct), measured ok requests (SGLang's definition,
 --                     bonus token included; the reference the others are compared with)
@@ -29,7 +33,9 @@
 --                     its prompt pass). llama.cpp: tokens_predicted_total, spec_decode_num_accepted_tokens_total,
 --                     and the step's finished ok requests of loadgen (llama.cpp counts requests nowhere; its
 --                     counters are updated when a request ends). vLLM: generation_tokens_total,
---                     spec_decode_num_accepted_tokens_total, request_success_total.
+--                     spec_decode_num_accepted_tokens_total, request_success_total; vLLM counts draft tokens
+--                     accepted past a request's max_tokens (then dropped) as accepted, so on vLLM this can exceed
+--                     accept_len by those (at most num_speculative_tokens - 1 a request)
 --   counter_draft_step_len  the servers' own "mean acceptance length": 1 + accepted / drafts, over decode
 --                     steps that verified a draft only (llama.cpp spec_decode_num_drafts_total = its verification
 --                     steps; vLLM spec_decode_num_drafts, vllm/v1/spec_decode/metrics.py). Larger than
@@ -64,6 +70,7 @@ WITH counters AS (   -- one value per counter and sample time (label series summ
 SELECT s.run_id, s.step_id, s.target, v.server, s.algorithm, s.draft_tokens, s.concurrency, s.rate, s."repeat",
        CASE WHEN coalesce(q.with_spec, 0) = 0 THEN NULL
             WHEN v.server = 'llama.cpp' THEN 'llama.cpp timings'
+            WHEN v.server = 'vllm' THEN 'vllm per-request metrics'
             ELSE 'sglang meta_info/sglext' END AS request_source,
        round(a.accept_len, 3) AS accept_len,
        round(a.tokens_per_frame, 3) AS tokens_per_frame,

@@ -166,7 +166,8 @@ class ServerControl:
 def identity_info(ident: serverid.ServerId, flavor: str) -> dict:
     """The server's identity as steps.server_info keys: `server`, `server_version`, `model`, the resolved
     `flavor`, what it says of its drafting, the routes probed; for a server other than SGLang also `version`
-    and `speculative_algorithm` (UNKNOWN unless it says)."""
+    and `speculative_algorithm` (UNKNOWN unless it says; NONE for a vLLM whose /metrics has no spec-decode counters:
+    vLLM registers them only with a speculative config, vllm/v1/spec_decode/metrics.py SpecDecodingProm)."""
     info = {"server": ident.name, "server_version": ident.version, "model": ident.model, "flavor": flavor,
             "server_speculative": ident.speculative, "routes": ident.routes}
     if ident.name != serverid.SGLANG:
@@ -174,7 +175,8 @@ def identity_info(ident: serverid.ServerId, flavor: str) -> dict:
         types = ident.speculative.get("speculative.types")
         info["version"] = ident.version or "unknown"
         info["speculative_algorithm"] = (str(types).upper() if isinstance(types, str) and types
-                                         else "UNKNOWN")
+                                         else "NONE" if ident.name == serverid.VLLM and ident.metrics
+                                         and not ident.speculative else "UNKNOWN")
     return info
 
 

@@ -9,7 +9,9 @@ counted and from where (see shared/reference/sglang-protocol.md):
   says more than the frames did: a frame at that chunk's arrival, so frame tokens still sum to the total;
 - speculative stats from SGLang's (>= 0.5.23) `sglext.spec_tokens_details` chunk (`return_spec_tokens_details`),
   or from llama.cpp's `timings` object on the last chunk (`_timings`: its `draft_n_accepted` mapped to SGLang's
-  verify-step count, derived from llama.cpp's server source; cached prompt tokens from `cache_n`);
+  verify-step count, derived from llama.cpp's server source; cached prompt tokens from `cache_n`), or from vLLM's
+  per-request `metrics.speculative_decoding` on the usage chunk (`--per-request-spec-decode-metrics`; `_vllm_spec`);
+  vLLM's per-request times there give its own e2e time (`--enable-per-request-metrics`);
 - TTFT at the first frame with output: non-empty text / content / reasoning_content, or advancing usage. Chat's
   role frame and the separate finish frame carry none;
 - reasoning: until the answer starts, each frame's output is looked at (StreamState.see_output): chat's
@@ -117,6 +119,9 @@ class _OpenAIAdapter(Adapter):
                 timings = obj.get("timings")  # llama.cpp (chat): on the usage chunk
                 if timings is not None:
                     _timings(state, timings)
+                metrics = obj.get("metrics")  # vLLM: per-request metrics on its final usage chunk
+                if isinstance(metrics, dict):
+                    _vllm_metrics(state, metrics, cum)
             elif choices is None and not isinstance(ext, dict):
                 state.fail("malformed_frame", f"frame without choices, usage or error: {payload[:200]!r}")
             return
@@ -239,6 +244,41 @@ def _timings(state: StreamState, timings: object) -> None:
     prompt_ms, predicted_ms = timings.get("prompt_ms"), timings.get("predicted_ms")
     if isinstance(prompt_ms, (int, float)) and isinstance(predicted_ms, (int, float)) and state.server_e2e_s is None:
         state.server_e2e_s = (prompt_ms + predicted_ms) / 1000.0  # from the slot's start to its last token
+
+
+def _vllm_metrics(state: StreamState, metrics: dict, completion_tokens: int) -> None:
+    """vLLM's per-request `metrics` (vllm/entrypoints/generate/base: `--enable-per-request-metrics` times,
+    `--per-request-spec-decode-metrics` acceptance). Its queue, first-token and generation times together run
+    from the request's entry into the engine's queue to its last token: the server's own e2e time."""
+    times = [metrics.get(k) for k in ("queue_time_ms", "time_to_first_token_ms", "generation_time_ms")]
+    numbers = [float(t) for t in times if isinstance(t, (int, float)) and not isinstance(t, bool)]
+    if len(numbers) == len(times) and state.server_e2e_s is None:
+        state.server_e2e_s = sum(numbers) / 1000.0
+    _vllm_spec(state, metrics.get("speculative_decoding"), completion_tokens)
+
+
+def _vllm_spec(state: StreamState, spec: object, completion_tokens: int) -> None:
+    """vLLM's per-request `speculative_decoding` metrics (vllm/v1/metrics/stats.py RequestSpecDecodeMetrics,
+    sent with `--per-request-spec-decode-metrics summary|detailed`): `num_spec_steps` target passes verified a
+    draft and accepted `num_accepted_draft_tokens` in all. As in llama.cpp's `_timings`, the first token comes
+    from the prompt pass and every later target pass (with a draft or without) yields its accepted draft tokens
+    plus one, so SGLang's `spec_verify_ct` = completion_tokens - 1 - accepted. But vLLM does not trim a draft to
+    the remaining max_tokens budget: tokens its last pass accepted past the budget are counted as accepted and
+    dropped, and that figure is then short by them (seen: one pass in 157 at one request at a time, against the
+    engine's step count). Each streamed frame that advanced the token count came from at least one pass (vLLM
+    streams a pass's tokens together; a slow reader gets passes merged), so frames after the first are a second
+    lower bound that counts such a last pass; the larger of the two (and of the passes that verified a draft) is
+    the figure. Its own `mean_acceptance_length` (1 + accepted / num_spec_steps) goes to spec_accept_length, the
+    server's figure beside ours."""
+    if not isinstance(spec, dict):
+        return
+    accepted, steps = as_int(spec.get("num_accepted_draft_tokens")), as_int(spec.get("num_spec_steps"))
+    if accepted is None or steps is None:
+        return
+    state.spec_verify_ct = max(completion_tokens - 1 - accepted, steps, state.num_frames - 1) or None
+    mean = spec.get("mean_acceptance_length")
+    if isinstance(mean, (int, float)) and not isinstance(mean, bool):
+        state.spec_accept_length = float(mean)
 
 
 def _error_chunk(state: StreamState, error: object) -> None:
