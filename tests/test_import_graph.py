@@ -87,16 +87,18 @@ def test_the_cycle_finder_finds_a_loop():
 # are leaves (clock, errors, values).
 # The twin (a measured target's model, run in virtual time) reads results, runs the emulator's engine under the
 # driver's plan, and never measures (client); only the driver (a seeded search, a predicted run) reaches it.
-WINGS = ("client", "driver", "servers", "results", "config", "prompts", "emulator", "twin")
+# Campaigns (a fleet plan) sit above the driver and the twin: nothing below reaches them.
+WINGS = ("client", "driver", "servers", "results", "config", "prompts", "emulator", "twin", "campaigns")
 FORBIDDEN = {
-    "driver": {"cli"},
-    "client": {"driver", "cli", "emulator", "twin"},
-    "servers": {"driver", "client", "results", "cli", "twin"},
-    "results": {"client", "driver", "servers", "cli", "emulator", "twin"},
-    "config": {"driver", "cli", "twin"},
-    "prompts": {"client", "driver", "servers", "results", "config", "emulator", "cli", "twin"},
-    "emulator": {"client", "driver", "results", "config", "prompts", "cli", "twin"},
-    "twin": {"client", "cli"},
+    "driver": {"cli", "campaigns"},
+    "client": {"driver", "cli", "emulator", "twin", "campaigns"},
+    "servers": {"driver", "client", "results", "cli", "twin", "campaigns"},
+    "results": {"client", "driver", "servers", "cli", "emulator", "twin", "campaigns"},
+    "config": {"driver", "cli", "twin", "campaigns"},
+    "prompts": {"client", "driver", "servers", "results", "config", "emulator", "cli", "twin", "campaigns"},
+    "emulator": {"client", "driver", "results", "config", "prompts", "cli", "twin", "campaigns"},
+    "twin": {"client", "cli", "campaigns"},
+    "campaigns": {"client", "cli"},
     "root": set(WINGS) | {"cli"},
     "cli": set(),
 }
