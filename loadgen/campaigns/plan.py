@@ -97,13 +97,13 @@ def check_together(configs: Sequence[Configuration]) -> list[str]:
     first = configs[0]
     for c in configs[1:]:
         for what, a, b, fix in (
-                ("model", first.twin.model.name, c.twin.model.name, "plan each model on its own"),
-                ("prompt mix", first.twin.source.get("prompts"), c.twin.source.get("prompts"),
+                ("models", first.twin.model.name, c.twin.model.name, "plan each model on its own"),
+                ("prompt mixes", first.twin.source.get("prompts"), c.twin.source.get("prompts"),
                  "fit every twin from runs of the same [prompts]"),
-                ("time scale", first.twin.time_scale, c.twin.time_scale,
+                ("time scales", first.twin.time_scale, c.twin.time_scale,
                  "plan twins measured at one --time-scale together")):
             if a != b:
-                raise ConfigError("--twin", f"{first.name} and {c.name} are twins of different {what}s ({a} vs {b}): "
+                raise ConfigError("--twin", f"{first.name} and {c.name} are twins of different {what} ({a} vs {b}): "
                                   "their capacities answer different questions", fix)
     notes = []
     for c in configs:
@@ -116,7 +116,7 @@ def protocol(users: int) -> Protocol:
     return Protocol(WARMUP_S, MEASURE_S, max(MIN_REQUESTS, PER_USER * users), 1e6)
 
 
-def _seed(name: str) -> int:
+def seed_for(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
 
 
@@ -146,8 +146,8 @@ def capacity(config: Configuration, slo: Slo, max_new_tokens: int, search_max: i
 
     def judged(users: int) -> list[FleetLevel]:
         if users not in levels:
-            levels[users] = run_fleet([(config.twin, config.prompts)], users, max_new_tokens, "least-outstanding",
-                                      protocol(users), slos, _seed(config.name))
+            levels[users] = run_fleet([(config.twin, config.prompts, 1.0)], users, max_new_tokens, "least-outstanding",
+                                      protocol(users), slos, seed_for(config.name))
         return levels[users]
 
     def largest(k: int) -> int:
@@ -158,10 +158,11 @@ def capacity(config: Configuration, slo: Slo, max_new_tokens: int, search_max: i
 
 
 def fleet_for(configs: Sequence[tuple[Configuration, int]], users: int, slo: Slo, router: str,
-              max_new_tokens: int) -> FleetLevel:
-    """`users` routed over the nodes of `configs` (each configuration and its count), judged against `slo`."""
-    nodes = [(c.twin, c.prompts) for c, n in configs for _ in range(n)]
-    seed = _seed("+".join(f"{c.name}x{n}" for c, n in configs))
+              max_new_tokens: int, weights: Sequence[float] = ()) -> FleetLevel:
+    """`users` routed over the nodes of `configs` (each configuration and its count; each configuration's weight
+    for the weighted router, 1 when not given), judged against `slo`."""
+    nodes = [(c.twin, c.prompts, weights[i] if weights else 1.0) for i, (c, n) in enumerate(configs) for _ in range(n)]
+    seed = seed_for("+".join(f"{c.name}x{n}" for c, n in configs))
     [level] = run_fleet(nodes, users, max_new_tokens, router, protocol(users), [slo], seed)
     return level
 
@@ -273,7 +274,8 @@ def _cheaper_mix(configs: Sequence[Configuration], caps: Sequence[Capacity], bes
         if estimate >= best_cost:
             return None
         spread = max(twin_spread(c.twin) for c, _ in groups)
-        level = fleet_for(groups, users, scaled_slo(slo, spread, 1), router, max_new_tokens)
+        weights = [float(max(1, cap.low)) for c, _ in groups for cfg, cap in zip(configs, caps) if cfg is c]
+        level = fleet_for(groups, users, scaled_slo(slo, spread, 1), router, max_new_tokens, weights)
         if not level.passed:
             continue
         per_m, per_hour = fleet_cost(groups, level)

@@ -3,7 +3,9 @@
 Each node is its twin's engine (the emulator's scheduler and cost model on the twin's numbers, loadgen/twin/); a
 user sends a request, waits for its last token and sends the next at once, as a closed-loop worker does. The router
 picks a node per request: `round-robin` (the n-th request to node n mod k, whatever the nodes hold) or
-`least-outstanding` (the node with the fewest requests in flight, ties in turn). The window follows a measured
+`least-outstanding` (the node with the fewest requests in flight, ties in turn) or `weighted` (the fewest in flight
+per unit of the node's weight, its planned capacity: what a mixed fleet of fast and slow nodes needs, since closed-loop
+users resent at once keep every node at N / k under least-outstanding, whatever its speed). The window follows a measured
 step's (users started over the warm-up, a window held open until enough requests were sent in it, a drain until they
 finished), and a level is judged per request as views.sql's step_slo judges a measured one: the share of the
 window's requests that met every line of the SLO against its attainment (the point share, no Wilson interval: a
@@ -29,7 +31,7 @@ from loadgen.results.slo import Slo
 from loadgen.twin.model import Twin
 from loadgen.twin.vtime import Protocol
 
-ROUTERS = ("least-outstanding", "round-robin")
+ROUTERS = ("least-outstanding", "round-robin", "weighted")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class FleetLevel:
 class _Node:
     twin: Twin
     prompts: Sequence[SimPrompt]
+    weight: float
     engine: Engine
     gpu: GpuModel | None
     step: tuple | None = None
@@ -72,18 +75,19 @@ class _Node:
     busy_j: float = 0.0        # joules above idle of the forwards inside the window (modelled)
 
 
-def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt]]], users: int, max_new_tokens: int, router: str,
+def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt], float]], users: int, max_new_tokens: int, router: str,
               protocol: Protocol, slos: Sequence[Slo], seed: int) -> list[FleetLevel]:
-    """`users` closed-loop users over `nodes` (each a twin and its prompts as that twin counts them), routed by
-    `router`, judged against each SLO of `slos` (one simulation, several verdicts: a capacity and its interval)."""
+    """`users` closed-loop users over `nodes` (each a twin, its prompts as that twin counts them, and its weight for
+    the weighted router), routed by `router`, judged against each SLO of `slos` (one simulation, several verdicts:
+    a capacity and its interval)."""
     if router not in ROUTERS:
         raise ValueError(f"router {router!r} is not one of {ROUTERS}")
     fleet = []
-    for i, (twin, prompts) in enumerate(nodes):
+    for i, (twin, prompts, weight) in enumerate(nodes):
         engine = twin.engine(seed + 7919 * i)
         engine.text = False   # no output text: nothing reads it here
         gpu = GpuModel(twin.hardware, twin.time_scale) if twin.hardware.max_power_w > 0 else None
-        fleet.append(_Node(twin, prompts, engine, gpu))
+        fleet.append(_Node(twin, prompts, weight if router == "weighted" else 1.0, engine, gpu))
     window = protocol.window(users)
     t, turn, in_window = 0.0, 0, 0
     measure_end: float | None = None
@@ -97,7 +101,7 @@ def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt]]], users: int, max
         turn += 1
         if router == "round-robin":
             return (turn - 1) % len(fleet)
-        return min(range(len(fleet)), key=lambda i: (fleet[i].outstanding, (i - turn) % len(fleet)))
+        return min(range(len(fleet)), key=lambda i: (fleet[i].outstanding / fleet[i].weight, (i - turn) % len(fleet)))
 
     def send(user: int) -> int:
         nonlocal in_window
