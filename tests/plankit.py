@@ -19,12 +19,13 @@ from twinkit import hidden_profile
 PROMPTS = {"seed": 7, "max_new_tokens": 64, "ignore_eos": True, "input_tokens": {"min": 128, "max": 512}}
 
 
-def configuration(name: str, twin_file: Path, prices: Prices = Prices()) -> Configuration:
+def configuration(name: str, twin_file: Path, prices: Prices | None = None) -> Configuration:
     twin = load_twin(twin_file)
-    return Configuration(name, twin, twin_prompts(twin, parse_prompts_config(dict(PROMPTS)))[1], prices)
+    return Configuration(name, twin, twin_prompts(twin, parse_prompts_config(dict(PROMPTS)))[1], prices or Prices())
 
 
-def truth_configuration(name: str, seed: int, algorithm: str, folder: Path, prices: Prices = Prices()) -> Configuration:
+def truth_configuration(name: str, seed: int, algorithm: str, folder: Path,
+                        prices: Prices | None = None) -> Configuration:
     """A configuration whose twin is hidden profile `seed`'s truth itself."""
     return configuration(name, hidden_profile(seed, folder / name, algorithm).truth, prices)
 

@@ -34,8 +34,13 @@ def configs(tmp_path_factory):
 def test_largest_passing_is_exact_for_every_capacity():
     for top in (1, 7, 64):
         for cap in range(0, top + 1):
-            asked = []
-            assert largest_passing(lambda u, c=cap: asked.append(u) or u <= c, top) == cap
+            asked: list[int] = []
+
+            def passes(users: int, capacity: int = cap, seen: list[int] = asked) -> bool:
+                seen.append(users)
+                return users <= capacity
+
+            assert largest_passing(passes, top) == cap
             assert len(asked) <= 2 * math.ceil(math.log2(top + 1)) + 1
 
 
@@ -66,8 +71,9 @@ def test_capacity_is_the_last_level_that_passes(configs):
     c = configs["mtp-a"]
     cap = capacity(c, SLO, TOKENS, 128)
     assert cap.low <= cap.point <= cap.high and cap.point > 1
-    judged = [run_fleet([(c.twin, c.prompts, 1.0)], u, TOKENS, "least-outstanding", protocol(u), [SLO], seed_for(c.name))[0]
-              for u in (cap.point, cap.point + 1)]   # the same seeds: a level near the line is one draw of it
+    # the capacity's own seeds: a level near the line is one draw of it
+    judged = [run_fleet([(c.twin, c.prompts, 1.0)], u, TOKENS, "least-outstanding", protocol(u), [SLO],
+                        seed_for(c.name))[0] for u in (cap.point, cap.point + 1)]
     assert cap.level is not None and cap.level.passed
     assert judged[0].passed and not judged[1].passed
 
@@ -153,7 +159,8 @@ def test_cli_prints_the_plan_and_one_line_for_bad_input(configs, tmp_path, capsy
         files += ["--twin", str(path)]
     config = tmp_path / "exp.toml"
     config.write_text(f"[prompts]\nseed = 7\nmax_new_tokens = {TOKENS}\nignore_eos = true\n"
-                      "input_tokens = { min = 128, max = 512 }\n[load]\nconcurrency = [1]\n[[targets]]\nname = 'x'\nurl = 'http://127.0.0.1:1'\n")
+                      "input_tokens = { min = 128, max = 512 }\n[load]\nconcurrency = [1]\n"
+                      "[[targets]]\nname = 'x'\nurl = 'http://127.0.0.1:1'\n")
     assert main(["plan", *files, "--users", "60", "--slo", "ttft_ms=400,tpot_ms=40", "--config", str(config),
                  "--cost", "node_hour=2"]) == 0
     out = capsys.readouterr().out

@@ -4,10 +4,10 @@ Each node is its twin's engine (the emulator's scheduler and cost model on the t
 user sends a request, waits for its last token and sends the next at once, as a closed-loop worker does. The router
 picks a node per request: `round-robin` (the n-th request to node n mod k, whatever the nodes hold) or
 `least-outstanding` (the node with the fewest requests in flight, ties in turn) or `weighted` (the fewest in flight
-per unit of the node's weight, its planned capacity: what a mixed fleet of fast and slow nodes needs, since closed-loop
-users resent at once keep every node at N / k under least-outstanding, whatever its speed). The window follows a measured
-step's (users started over the warm-up, a window held open until enough requests were sent in it, a drain until they
-finished), and a level is judged per request as views.sql's step_slo judges a measured one: the share of the
+per unit of the node's weight, its planned capacity: what a mixed fleet of fast and slow nodes needs, since
+closed-loop users resent at once keep every node at N / k under least-outstanding, whatever its speed). The window
+follows a measured step's (users started over the warm-up, a window held open until enough requests were sent in it,
+a drain until they finished), and a level is judged per request as views.sql's step_slo judges a measured one: the share of the
 window's requests that met every line of the SLO against its attainment (the point share, no Wilson interval: a
 simulated level holds hundreds of requests).
 
