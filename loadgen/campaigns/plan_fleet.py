@@ -7,9 +7,9 @@ picks a node per request: `round-robin` (the n-th request to node n mod k, whate
 per unit of the node's weight, its planned capacity: what a mixed fleet of fast and slow nodes needs, since
 closed-loop users resent at once keep every node at N / k under least-outstanding, whatever its speed). The window
 follows a measured step's (users started over the warm-up, a window held open until enough requests were sent in it,
-a drain until they finished), and a level is judged per request as views.sql's step_slo judges a measured one: the share of the
-window's requests that met every line of the SLO against its attainment (the point share, no Wilson interval: a
-simulated level holds hundreds of requests).
+a drain until they finished), and a level is judged per request as views.sql's step_slo judges a measured one: the
+share of the window's requests that met every line of the SLO against its attainment (the point share, no Wilson
+interval: a simulated level holds hundreds of requests).
 
 Energy is the twin's modelled GPU's (loadgen/emulator/gpu.py): each forward draws its roofline power, the GPU idles
 between forwards; joules over the window, in the modelled hardware's time (virtual seconds x time_scale).
