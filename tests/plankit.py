@@ -12,9 +12,11 @@ from loadgen.campaigns.plan_fleet import FleetLevel
 from loadgen.config.cost import Prices
 from loadgen.prompts.config import parse_prompts_config
 from loadgen.results.slo import Slo
+from loadgen.twin.fit import fit_twin
 from loadgen.twin.model import load_twin
+from loadgen.twin.observe import read_source
 from loadgen.twin.predict import twin_prompts
-from twinkit import hidden_profile
+from twinkit import Hidden, hidden_profile, measure
 
 PROMPTS = {"seed": 7, "max_new_tokens": 64, "ignore_eos": True, "input_tokens": {"min": 128, "max": 512}}
 
@@ -49,3 +51,14 @@ def truth_size(config: Configuration, users: int, slo: Slo, router: str, start: 
             raise AssertionError(f"{config.name}: no fleet of up to {max_nodes} nodes meets {slo.describe()}")
         k += 1
     return k, level(k), level(k - 1) if k > 1 else None
+
+
+def fitted_configuration(name: str, hidden: Hidden, url: str, folder: Path, levels: tuple[int, ...] = (1, 4, 16),
+                         prices: Prices | None = None) -> Configuration:
+    """The emulator at `url` (running `hidden`) measured over HTTP at `levels`, its twin fitted from them (the fit
+    never saw the hidden numbers), as a configuration; the twin file is written under `folder`."""
+    results = folder / "results"
+    run_id = measure(url, list(levels), results, PROMPTS)
+    twin_file = folder / f"{name}.toml"
+    fit_twin(read_source(results, run_id, None)).save(twin_file)
+    return configuration(name, twin_file, prices)

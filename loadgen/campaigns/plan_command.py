@@ -102,7 +102,7 @@ def plan_text(plan: Plan) -> str:
             naive = f"ceil({plan.users} / {p.capacity.low}) = {f.naive}"
             if f.nodes > f.naive and f.fewer is not None:
                 lines.append(f"  {p.config.name}: {naive} nodes is too few routed {plan.router}: {f.nodes} "
-                             f"({f.naive} nodes: {_at(f.fewer)}, {100 * f.fewer.attainment:.0f}% within; a node "
+                             f"({f.naive} nodes: {_at(f.fewer)}, {100 * f.fewer.attainment:.1f}% within; a node "
                              f"held up to {f.fewer.peak_outstanding} requests against a capacity of "
                              f"{p.capacity.low})")
             else:

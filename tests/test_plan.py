@@ -1,0 +1,48 @@
+"""A fleet plan against ground truth it never saw (docs/planning.md): three emulated node types, each running a
+hidden hardware and acceptance profile (tests/twinkit.py; one node type about half as fast as the fastest), measured
+over HTTP at C = 1, 4, 16 and fitted; the plan for N users per configuration, then the truth: the hidden profiles
+themselves in virtual time (the emulator's own model without HTTP, as test_twin's truth), as a fleet of k nodes at
+the same N users through the same router. The plan must be within one node of the truth's fewest nodes, and the
+truth's fleet of the planned size must meet the SLO (a plan sized by its interval's low end errs on the safe side).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.campaigns.plan import make_plan
+from loadgen.campaigns.plan_command import plan_text
+from loadgen.results.slo import Slo
+from plankit import PROMPTS, fitted_configuration, truth_configuration, truth_size
+from twinkit import hidden_profile
+
+NODES = (("slow-mtp", 3, "mtp"), ("dflash2", 4, "dflash2"), ("fast-mtp", 5, "mtp"))
+SLO = Slo(ttft_ms=400, tpot_ms=40)
+
+
+@pytest.fixture(scope="module")
+def fleet(ray_local, emulator_factory, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plan-fleet")
+    fitted, truth = [], {}
+    for name, seed, algorithm in NODES:
+        hidden = hidden_profile(seed, folder / f"{name}-hidden", algorithm)
+        print(f"\n{name}: {hidden.describe()}")
+        with emulator_factory(*hidden.flags) as url:
+            fitted.append(fitted_configuration(name, hidden, url, folder / name))
+        truth[name] = truth_configuration(name, seed, algorithm, folder / "truth")
+    return fitted, truth
+
+
+@pytest.mark.parametrize("users,router", [(60, "least-outstanding"), (150, "least-outstanding"),
+                                          (60, "round-robin")])
+def test_plan_is_within_one_node_of_the_truth(fleet, users, router):
+    fitted, truth = fleet
+    plan = make_plan(fitted, users, SLO, router, 40, PROMPTS["max_new_tokens"], 128)
+    print(plan_text(plan))
+    for p in plan.configs:
+        assert p.fleet.level is not None, f"{p.config.name}: no fleet planned"
+        k, level, fewer = truth_size(truth[p.config.name], users, SLO, router, p.fleet.nodes)
+        print(f"{p.config.name}: planned {p.fleet.nodes}, truth {k} ({level.ttft_p90_ms:.0f} ms TTFT p90; one "
+              f"fewer: {100 * fewer.attainment if fewer else 100:.0f}% within)")
+        assert abs(p.fleet.nodes - k) <= 1, f"{p.config.name}: planned {p.fleet.nodes} nodes, the truth needs {k}"
+        assert fewer is None or not fewer.passed
