@@ -46,7 +46,14 @@ def main() -> None:
     parser.add_argument("--routers", nargs="+", default=["least-outstanding", "round-robin"])
     parser.add_argument("--max-nodes", type=int, default=64)
     args = parser.parse_args()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    for attempt in (1, 2, 3):   # Ray gives its raylet 30 s to register: a shared machine can need more
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            break
+        except Exception as exc:
+            ray.shutdown()
+            if attempt == 3 or "timed out during startup" not in str(exc):
+                raise
     folder = Path(tempfile.mkdtemp(prefix="bench-plan-"))
     fitted, truth = [], {}
     for name, seed, algorithm in NODES:
