@@ -232,6 +232,10 @@ def _plan_parser(sub: Any) -> None:
                    "(default 256)")
     p.add_argument("--cost", action="append", metavar="[NAME:]PRICES", help="node_hour=2.1,energy_kwh=0.3 for "
                    "every configuration, or NAME:node_hour=3.9 for one (repeatable)")
+    p.add_argument("--confirm", action="append", metavar="NAME=URL", help="measure one node of configuration NAME "
+                   "at the plan's load per node and one above (repeatable); exit 1 when a plan does not hold")
+    p.add_argument("--results", help="--confirm: results folder (default ./results)")
+    p.add_argument("--ray-address", help="--confirm: the Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     p.set_defaults(func=_plan)
 
 

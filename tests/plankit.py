@@ -23,7 +23,8 @@ PROMPTS = {"seed": 7, "max_new_tokens": 64, "ignore_eos": True, "input_tokens": 
 
 def configuration(name: str, twin_file: Path, prices: Prices | None = None) -> Configuration:
     twin = load_twin(twin_file)
-    return Configuration(name, twin, twin_prompts(twin, parse_prompts_config(dict(PROMPTS)))[1], prices or Prices())
+    return Configuration(name, twin, twin_prompts(twin, parse_prompts_config(dict(PROMPTS)))[1], prices or Prices(),
+                         str(twin_file))
 
 
 def truth_configuration(name: str, seed: int, algorithm: str, folder: Path,

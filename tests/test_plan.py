@@ -8,10 +8,14 @@ truth's fleet of the planned size must meet the SLO (a plan sized by its interva
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import tomli_w
 
 from loadgen.campaigns.plan import make_plan
 from loadgen.campaigns.plan_command import plan_text
+from loadgen.cli import main
 from loadgen.results.slo import Slo
 from plankit import PROMPTS, fitted_configuration, truth_configuration, truth_size
 from twinkit import hidden_profile
@@ -46,3 +50,33 @@ def test_plan_is_within_one_node_of_the_truth(fleet, users, router):
               f"fewer: {100 * fewer.attainment if fewer else 100:.0f}% within)")
         assert abs(p.fleet.nodes - k) <= 1, f"{p.config.name}: planned {p.fleet.nodes} nodes, the truth needs {k}"
         assert fewer is None or not fewer.passed
+
+
+def _experiment_file(folder: Path) -> Path:
+    """The workload and a short measured window for --confirm (the same prompts the twins were fitted on)."""
+    path = folder / "confirm.toml"
+    path.write_text(tomli_w.dumps({
+        "run": {"name": "plan-confirm"}, "prompts": PROMPTS, "slo": {"ttft_ms": SLO.ttft_ms, "tpot_ms": SLO.tpot_ms},
+        "load": {"concurrency": [1], "warmup_s": 2.0, "measure_s": 6.0, "min_measured_requests": 40},
+        "targets": [{"name": "unused", "url": "http://127.0.0.1:9"}]}))
+    return path
+
+
+def test_confirm_holds_on_the_node_and_not_on_a_degraded_one(fleet, emulator_factory, tmp_path, capsys):
+    """--confirm measures one node at the plan's load per node and one above: the hidden fast node meets the SLO
+    there (its truth serves about 24 users, the plan puts 20 on it); the same node stuck in a low-power state
+    (--fault degraded-power: a third of its speed) misses it, and the command says the plan does not hold."""
+    fitted, _ = fleet
+    files = [arg for c in fitted for arg in ("--twin", c.twin_file)]
+    config = _experiment_file(tmp_path)
+    name, seed, algorithm = NODES[2]
+    hidden = hidden_profile(seed, tmp_path / "hidden", algorithm)
+    for fault, code, words in (((), 0, "the plan holds: one node met the SLO at its planned 20 users"),
+                               (("--fault", "degraded-power"), 1, "the plan does NOT hold")):
+        with emulator_factory(*hidden.flags, *fault) as url:
+            assert main(["plan", *files, "--users", "60", "--slo", "ttft_ms=400,tpot_ms=40", "--config", str(config),
+                         "--confirm", f"{name}={url}", "--results", str(tmp_path / "results")]) == code
+        out = capsys.readouterr().out
+        print(out)
+        assert f"{name}: {words}" in out
+        assert "twin_error (predicted vs measured" in out

@@ -37,6 +37,7 @@ class Configuration:
     twin: Twin
     prompts: Sequence[SimPrompt]
     prices: Prices = Prices()
+    twin_file: str = ""           # where the twin was read from (a confirmation predicts its levels from it)
 
 
 @dataclass(frozen=True)

@@ -24,20 +24,46 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.max_nodes < 1:
         raise ConfigError("--max-nodes", f"must be >= 1, got {args.max_nodes}", "e.g. --max-nodes 16")
     slo = parse_slo(parse_slo_flag(args.slo), "--slo")
-    twins = [(Path(p).stem, load_twin(p, "--twin")) for p in args.twin]
-    names = [n for n, _ in twins]
+    twins = [(Path(p).stem, load_twin(p, "--twin"), str(Path(p).resolve())) for p in args.twin]
+    names = [n for n, _, _ in twins]
     if len(set(names)) < len(names):
         raise ConfigError("--twin", f"two twin files share a name ({', '.join(names)})",
                           "name each configuration's file after it: mtp.toml, dflash2-b6.toml")
     prices = read_costs(args.cost or [], names)
-    workload = (load_experiment(args.config).prompts if args.config
-                else parse_prompts_config(dict(twins[0][1].source.get("prompts") or {}), "the twin's [prompts]"))
-    configs = [Configuration(name, twin, twin_prompts(twin, workload)[1], prices.get(name, prices[""]))
-               for name, twin in twins]
+    urls = parse_urls(args.confirm or [], names)
+    experiment = (load_experiment(args.config).raw if args.config
+                  else {"prompts": dict(twins[0][1].source.get("prompts") or {})})
+    workload = parse_prompts_config(dict(experiment.get("prompts", {})))
+    configs = [Configuration(name, twin, twin_prompts(twin, workload)[1], prices.get(name, prices[""]), path)
+               for name, twin, path in twins]
     plan = make_plan(configs, args.users, slo, args.router, args.max_nodes, workload.max_new_tokens,
                      args.search_max, log=lambda line: print(f"  {line}", flush=True))
-    print(plan_text(plan))
-    return 0
+    print(plan_text(plan), flush=True)
+    if not urls:
+        return 0
+    from loadgen.driver.capacity import results_folder  # first: it sets Ray's log options before Ray is imported
+    # isort: split
+    from loadgen.campaigns.plan_confirm import confirm
+    from loadgen.driver import ray_setup
+    ray_setup.connect(args.ray_address)
+    confirmed = confirm(plan, urls, experiment, results_folder(args.results), log=lambda line: print(line, flush=True))
+    print("\nCONFIRMED by one measured node per configuration (docs/planning.md):")
+    for c in confirmed:
+        print(f"  {c.words()}")
+        print("\n".join(f"  {line}" for line in c.errors))
+    return 0 if all(c.holds for c in confirmed) else 1
+
+
+def parse_urls(values: list[str], names: list[str]) -> dict[str, str]:
+    """`--confirm NAME=URL`, one per configuration to confirm."""
+    urls = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or name not in names or not url:
+            raise ConfigError("--confirm", f"{value!r} is not NAME=URL of a configuration planned "
+                              f"({', '.join(names)})", "e.g. --confirm mtp=http://spark1:30000")
+        urls[name] = url
+    return urls
 
 
 def read_costs(values: list[str], names: list[str]) -> dict[str, Prices]:
