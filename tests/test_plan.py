@@ -20,6 +20,7 @@ from loadgen.results.slo import Slo
 from plankit import PROMPTS, fitted_configuration, truth_configuration, truth_size
 from twinkit import hidden_profile
 
+pytestmark = pytest.mark.timeout(900)   # the module fits three twins from measured runs first
 NODES = (("slow-mtp", 3, "mtp"), ("dflash2", 4, "dflash2"), ("fast-mtp", 5, "mtp"))
 SLO = Slo(ttft_ms=400, tpot_ms=40)
 
