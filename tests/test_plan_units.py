@@ -10,7 +10,7 @@ import math
 import pytest
 
 from loadgen.campaigns.plan import capacity, largest_passing, make_plan, protocol, seed_for
-from loadgen.campaigns.plan_command import plan_text, read_costs
+from loadgen.campaigns.plan_command import parse_urls, plan_text, read_costs
 from loadgen.campaigns.plan_fleet import run_fleet
 from loadgen.cli import main
 from loadgen.config.cost import Prices
@@ -149,6 +149,13 @@ def test_costs_per_configuration_and_bad_names():
         read_costs(["h100:node_hour=3"], ["mtp"])
     with pytest.raises(ConfigError, match="node_hours"):
         read_costs(["node_hours=3"], ["mtp"])
+
+
+def test_confirm_urls_name_a_planned_configuration():
+    assert parse_urls(["mtp=http://127.0.0.1:30000"], ["mtp", "dflash2"]) == {"mtp": "http://127.0.0.1:30000"}
+    for bad in ("h100=http://127.0.0.1:1", "http://127.0.0.1:1", "mtp="):
+        with pytest.raises(ConfigError, match="is not NAME=URL of a configuration planned"):
+            parse_urls([bad], ["mtp", "dflash2"])
 
 
 def test_cli_prints_the_plan_and_one_line_for_bad_input(configs, tmp_path, capsys):
