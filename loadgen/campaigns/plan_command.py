@@ -135,18 +135,27 @@ def plan_text(plan: Plan) -> str:
                 lines.append(f"  {p.config.name}: {naive} nodes is more than routed {plan.router} needs: {f.nodes}")
     lines += [f"  {n}" for n in plan.notes]
     lines.append("")
-    lines.append(f"{'configuration':18s} {'users/node (interval)':>22s} {'ceil':>5s} {'nodes':>6s} "
+    lines.append("(ceil: users / the capacity's low end, and / its point in brackets; nodes: routed)")
+    lines.append(f"{'configuration':18s} {'users/node (interval)':>22s} {'ceil':>9s} {'nodes':>6s} "
                  f"{'TTFT p90':>9s} {'TPOT p50':>9s} {'tok/J':>7s} {'cost/M tok':>11s} {'cost/h':>8s}  twin error")
     for p in plan.configs:
         lvl = p.fleet.level
         err = p.config.twin.error
         lines.append(
             f"{p.config.name:18s} {f'{p.capacity.point} ({p.capacity.low}-{p.capacity.high})':>22s} "
-            f"{_num(p.fleet.naive):>5s} {(str(p.fleet.nodes) if lvl else f'>{plan.max_nodes}'):>6s} "
+            f"{_ceils(plan.users, p):>9s} {(str(p.fleet.nodes) if lvl else f'>{plan.max_nodes}'):>6s} "
             f"{_ms(lvl.ttft_p90_ms) if lvl else '-':>9s} {_ms(lvl.tpot_p50_ms) if lvl else '-':>9s} "
             f"{_num(lvl.tokens_per_joule if lvl else None, '.3g'):>7s} {_num(p.cost_per_m, '.4g'):>11s} "
             f"{_num(p.cost_per_hour, '.4g'):>8s}  {err.describe() if err else 'none recorded'}")
     return "\n".join(lines)
+
+
+def _ceils(users: int, p: ConfigPlan) -> str:
+    """ceil(users / low end), and ceil(users / point) when it differs."""
+    if not p.capacity.point:
+        return "-"
+    at_point = math.ceil(users / p.capacity.point)
+    return _num(p.fleet.naive) + (f" ({at_point})" if at_point != p.fleet.naive else "")
 
 
 def _cost(p: ConfigPlan) -> str:
