@@ -80,7 +80,7 @@ def _confirm_one(plan: Plan, p: ConfigPlan, url: str, experiment: dict[str, Any]
                                                Path("."), "--confirm"), results, log=lambda _: None)
     verdicts = analysis.level_verdicts(results, result.run_id, [name])[name]
     con = analysis.open_results(results)
-    errors = error_lines(con, predicted)
+    errors = error_lines(con, predicted, result.run_id)
     con.close()
     return Confirmation(name, load, {int(level): v.passed for level, v in verdicts.items()}, result.run_id,
                         predicted, errors)
