@@ -269,13 +269,13 @@ def _cheaper_mix(configs: Sequence[Configuration], caps: Sequence[Capacity], bes
         for x in range(1, max_nodes):
             for y in range(1, max_nodes - x + 1):
                 if x * ca.low + y * cb.low >= users:
-                    options.append((x * _hourly(a, ca) + y * _hourly(b, cb), ((a, x), (b, y))))
+                    options.append((x * _hourly(a, ca) + y * _hourly(b, cb), ((a, x), (b, y)),
+                                    (float(max(1, ca.low)), float(max(1, cb.low)))))
                     break   # more of b costs more
-    for estimate, groups in sorted(options, key=lambda o: o[0]):
+    for estimate, groups, weights in sorted(options, key=lambda o: o[0]):
         if estimate >= best_cost:
             return None
         spread = max(twin_spread(c.twin) for c, _ in groups)
-        weights = [float(max(1, cap.low)) for c, _ in groups for cfg, cap in zip(configs, caps) if cfg is c]
         level = fleet_for(groups, users, scaled_slo(slo, spread, 1), router, max_new_tokens, weights)
         if not level.passed:
             continue
