@@ -66,7 +66,8 @@ def _experiment_file(folder: Path) -> Path:
 def test_confirm_holds_on_the_node_and_not_on_a_degraded_one(fleet, emulator_factory, tmp_path, capsys):
     """--confirm measures one node at the plan's load per node and one above: the hidden fast node meets the SLO
     there (its truth serves about 24 users, the plan puts 20 on it); the same node stuck in a low-power state
-    (--fault degraded-power: a third of its speed) misses it, and the command says the plan does not hold."""
+    (--fault degraded-power: a third of its speed) misses it, the command says the plan does not hold and names
+    the node off its own twin (drift); the healthy node is not named."""
     fitted, _ = fleet
     files = [arg for c in fitted for arg in ("--twin", c.twin_file)]
     config = _experiment_file(tmp_path)
@@ -74,6 +75,7 @@ def test_confirm_holds_on_the_node_and_not_on_a_degraded_one(fleet, emulator_fac
     hidden = hidden_profile(seed, tmp_path / "hidden", algorithm)
     for fault, code, words in (((), 0, "the plan holds: one node met the SLO at its planned 20 users"),
                                (("--fault", "degraded-power"), 1, "the plan does NOT hold")):
+        drifted = bool(fault)   # the degraded node is named off its own twin; the healthy one is not
         with emulator_factory(*hidden.flags, *fault) as url:
             assert main(["plan", *files, "--users", "60", "--slo", "ttft_ms=400,tpot_ms=40", "--config", str(config),
                          "--confirm", f"{name}={url}", "--results", str(tmp_path / "results")]) == code
@@ -82,3 +84,4 @@ def test_confirm_holds_on_the_node_and_not_on_a_degraded_one(fleet, emulator_fac
         assert f"{name}: {words}" in out
         errors = [line for line in out.splitlines() if f"{name} vs run plan-confirm-{name}-" in line]
         assert len(errors) == 5 and len({line.split(":")[0] for line in errors}) == 1   # this run's, per metric
+        assert (f"DRIFT: {name} at {url} serves" in out) == drifted

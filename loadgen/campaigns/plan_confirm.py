@@ -18,7 +18,10 @@ from loadgen.driver import reach
 from loadgen.driver.runner import run_experiment
 from loadgen.results import analysis
 from loadgen.twin.commands import error_lines
+from loadgen.twin.model import Twin
 from loadgen.twin.predict import run_predicted
+
+DRIFT_FLOOR = 0.10    # a node is named off its twin beyond this at the least: a level's tok/s is one draw of it
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class Confirmation:
     measured_run: str
     predicted_run: str
     errors: list[str]              # twin_error's lines: the prediction against the measurement at these levels
+    drift: str | None = None       # the node served off its own twin by more than the twin's band (else None)
 
     @property
     def holds(self) -> bool:
@@ -40,9 +44,9 @@ class Confirmation:
                 if self.holds else f"{self.name}: the plan does NOT hold: one node missed the SLO at its planned "
                 f"{self.load} users; plan more nodes, or refit its twin (`loadgen twin fit`) from run "
                 f"{self.measured_run}")
-        if above is None:
-            return head
-        return head + (f"; at {self.load + 1} it {'met it too (headroom)' if above else 'missed it (no headroom)'}")
+        if above is not None:
+            head += f"; at {self.load + 1} it {'met it too (headroom)' if above else 'missed it (no headroom)'}"
+        return head + (f"\n  DRIFT: {self.drift}" if self.drift else "")
 
 
 def confirm(plan: Plan, urls: dict[str, str], experiment: dict[str, Any], results: Path,
@@ -81,6 +85,23 @@ def _confirm_one(plan: Plan, p: ConfigPlan, url: str, experiment: dict[str, Any]
     verdicts = analysis.level_verdicts(results, result.run_id, [name])[name]
     con = analysis.open_results(results)
     errors = error_lines(con, predicted, result.run_id)
+    rows = analysis.run_query(con, "twin_error", {"predicted_run": predicted, "measured_run": result.run_id})
     con.close()
     return Confirmation(name, load, {int(level): v.passed for level, v in verdicts.items()}, result.run_id,
-                        predicted, errors)
+                        predicted, errors, drift(name, url, p.config.twin, rows.to_pylist()))
+
+
+def drift(name: str, url: str, twin: Twin, rows: list[dict]) -> str | None:
+    """The node named when its tok/s at a measured level is off its twin's by more than the twin's band: twice its
+    leave-one-level-out tok/s error (the RMS of its log errors), at least DRIFT_FLOOR; None when every level is
+    inside (twin_error's rows of the confirming run)."""
+    spread = twin.error.spread.get("tok_s", 0.0) if twin.error else 0.0
+    band = max(2 * spread, DRIFT_FLOOR)
+    worst = max((r for r in rows if r["metric"] == "tok_s" and r["measured"]),
+                key=lambda r: abs(math.log(r["predicted"] / r["measured"])), default=None)
+    if worst is None or abs(math.log(worst["predicted"] / worst["measured"])) <= math.log(1 + band):
+        return None
+    off = 100 * (worst["measured"] / worst["predicted"] - 1)
+    return (f"{name} at {url} serves {abs(off):.0f}% {'below' if off < 0 else 'above'} its twin "
+            f"({twin.describe_source()}) at C = {worst['concurrency']:g}, beyond its {100 * band:.0f}% band: the box "
+            "or the server changed since the fit; refit the twin from this run before planning on it")
