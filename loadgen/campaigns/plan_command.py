@@ -44,7 +44,8 @@ def plan_command(args: argparse.Namespace) -> int:
     from loadgen.driver.capacity import results_folder  # first: it sets Ray's log options before Ray is imported
     # isort: split
     from loadgen.campaigns.plan_confirm import confirm
-    from loadgen.driver import ray_setup
+    from loadgen.driver import ray_setup, stop
+    stop.install()   # a stop signal from here on stops the confirming run cleanly
     ray_setup.connect(args.ray_address)
     confirmed = confirm(plan, urls, experiment, results_folder(args.results), log=lambda line: print(line, flush=True))
     print("\nCONFIRMED by one measured node per configuration (docs/planning.md):")
