@@ -21,7 +21,8 @@ from loadgen.twin.commands import error_lines
 from loadgen.twin.model import Twin
 from loadgen.twin.predict import run_predicted
 
-DRIFT_FLOOR = 0.10    # a node is named off its twin beyond this at the least: a level's tok/s is one draw of it
+DRIFT_FLOOR = 0.20    # a node is named off its twin beyond this at the least: a level's tok/s is one draw of it
+                      # (a healthy emulated node measured 12% off its twin at one level on a busy 2-core machine)
 
 
 @dataclass(frozen=True)
