@@ -1,4 +1,4 @@
-"""`loadgen` command line: capacity | run | query | report | check-draft | twin | emulate.
+"""`loadgen` command line: capacity | run | query | report | check-draft | twin | plan | emulate.
 
 Every user error is printed as one line naming the problem and the fix, with exit code 2.
 """
@@ -212,6 +212,34 @@ def _twin_parser(sub: Any) -> None:
     p.set_defaults(func=_twin_predict)
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from loadgen.campaigns.plan_command import plan_command
+    return plan_command(args)
+
+
+def _plan_parser(sub: Any) -> None:
+    """`loadgen plan` (docs/planning.md)."""
+    from loadgen.campaigns.plan_fleet import ROUTERS
+    p = sub.add_parser("plan", help="how many nodes of which configuration for N users at an SLO, from twins")
+    p.add_argument("--twin", action="append", required=True, help="a twin file per configuration and node type "
+                   "(repeatable; its name is the file's stem)")
+    p.add_argument("--users", type=int, required=True, help="the demand: concurrent users (closed loop)")
+    p.add_argument("--slo", metavar="LINES", required=True, help="e.g. ttft_ms=2000,tpot_ms=80")
+    p.add_argument("--config", help="an experiment whose [prompts] is the workload (default: the twins' own)")
+    p.add_argument("--router", choices=ROUTERS, default=ROUTERS[0], help="how the user's router spreads requests "
+                   "over the nodes (default least-outstanding)")
+    p.add_argument("--max-nodes", type=int, default=64, help="the largest fleet to plan (default 64)")
+    p.add_argument("--search-max", type=int, default=256, help="the most users one node is searched at "
+                   "(default 256)")
+    p.add_argument("--cost", action="append", metavar="[NAME:]PRICES", help="node_hour=2.1,energy_kwh=0.3 for "
+                   "every configuration, or NAME:node_hour=3.9 for one (repeatable)")
+    p.add_argument("--confirm", action="append", metavar="NAME=URL", help="measure one node of configuration NAME "
+                   "at the plan's load per node and one above (repeatable); exit 1 when a plan does not hold")
+    p.add_argument("--results", help="--confirm: results folder (default ./results)")
+    p.add_argument("--ray-address", help="--confirm: the Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    p.set_defaults(func=_plan)
+
+
 def _check_draft(args: argparse.Namespace) -> int:
     from loadgen.config import PROFILES_DIR, load_profile
     from loadgen.servers.draftcheck import run_check
@@ -307,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "infra/profiles/ or a .toml path)")
     p.set_defaults(func=_check_draft)
     _twin_parser(sub)
+    _plan_parser(sub)
     return parser
 
 

@@ -101,10 +101,12 @@ def twin_experiment(args: argparse.Namespace) -> Experiment:
     return parse_experiment(data, Path("."), "--twin")
 
 
-def error_lines(con: Any, run_id: str) -> list[str]:
-    """The prediction against measured steps of the same targets and levels in the folder (queries/twin_error.sql),
-    per target and metric: MAPE and the worst level; nothing when no level was measured."""
-    rows = analysis.run_query(con, "twin_error", {"predicted_run": run_id}).to_pylist()
+def error_lines(con: Any, run_id: str, measured_run: str | None = None) -> list[str]:
+    """The prediction against measured steps of the same targets and levels in the folder (queries/twin_error.sql;
+    only `measured_run`'s when given), per target and metric: MAPE and the worst level; nothing when no level was
+    measured."""
+    params = {"predicted_run": run_id} | ({"measured_run": measured_run} if measured_run else {})
+    rows = analysis.run_query(con, "twin_error", params).to_pylist()
     if not rows:
         return ["twin_error: no measured level of these targets in the folder to compare with"]
     out = ["twin_error (predicted vs measured, where both exist; loadgen query twin_error for every level):"]

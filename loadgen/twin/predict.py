@@ -27,6 +27,7 @@ from loadgen.emulator.simulate import LevelRun, SimPrompt
 from loadgen.errors import ConfigError
 from loadgen.plan.steps import PlannedStep, TargetLoad, Verdicts, make_plan
 from loadgen.prompts import Prompt
+from loadgen.prompts.config import PromptsConfig
 from loadgen.prompts.length import prompt_texts
 from loadgen.prompts.mix import PromptMix
 from loadgen.results import analysis, schema
@@ -106,10 +107,16 @@ def _target(exp: Experiment, i: int) -> _Target:
     config = exp.targets[i]
     assert config.twin is not None
     twin = load_target(config.twin, f"targets[{i}].twin")
-    lengths = twin.lengths if exp.prompts.input_tokens is not None else None
-    prompts = PromptMix(exp.prompts, lengths).take(PROMPT_POOL)
-    sim = [SimPrompt(p.kind, p.target_tokens or twin.prompt_tokens(p.kind, prompt_texts(p))) for p in prompts]
+    prompts, sim = twin_prompts(twin, exp.prompts)
     return _Target(config.name, i, config.node, twin, prompts, sim)
+
+
+def twin_prompts(twin: Twin, config: PromptsConfig) -> tuple[list[Prompt], list[SimPrompt]]:
+    """The workload's prompts, and each as the twin's engine sees it (its kind, its length as the server counts)."""
+    lengths = twin.lengths if config.input_tokens is not None else None
+    prompts = PromptMix(config, lengths).take(PROMPT_POOL)
+    return prompts, [SimPrompt(p.kind, p.target_tokens or twin.prompt_tokens(p.kind, prompt_texts(p)))
+                     for p in prompts]
 
 
 def protocol(exp: Experiment, step: PlannedStep, load: TargetLoad) -> Protocol:

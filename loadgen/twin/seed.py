@@ -53,27 +53,27 @@ def predicted_start(exp: Experiment, target: TargetConfig, ref: TwinRef, results
     """The twin's capacity for `target` at the experiment's SLO, searched over its range, with the interval."""
     twin = load_target(ref, f"load.search_twin.{target.name}")
     level = _capacity(exp, target, ref, exp.slo, results, "twin-seed", log)
-    spread = _spread(twin)
+    spread = twin_spread(twin)
     with tempfile.TemporaryDirectory(prefix="loadgen-twin-seed-") as tmp:
-        low = _capacity(exp, target, ref, _scaled(exp.slo, spread, 1), Path(tmp), "twin-seed-low", log)
-        high = _capacity(exp, target, ref, _scaled(exp.slo, spread, -1), Path(tmp), "twin-seed-high", log)
+        low = _capacity(exp, target, ref, exp.slo and scaled_slo(exp.slo, spread, 1), Path(tmp), "twin-seed-low",
+                        log)
+        high = _capacity(exp, target, ref, exp.slo and scaled_slo(exp.slo, spread, -1), Path(tmp),
+                         "twin-seed-high", log)
     note = (f"the twin's capacity {level:g} ({min(low, level):g}-{max(high, level):g} for its error of "
             f"TTFT {100 * spread[0]:.0f}%, TPOT {100 * spread[1]:.0f}%)")
     return TwinStart(target.name, level, min(low, level), max(high, level), note)
 
 
-def _spread(twin: Twin) -> tuple[float, float]:
+def twin_spread(twin: Twin) -> tuple[float, float]:
     """(TTFT, TPOT) relative error of the twin: the RMS of its leave-one-level-out errors, at least MIN_SPREAD."""
     spread = twin.error.spread if twin.error else {}
     ttft = max(spread.get("ttft_p90_ms", 0.0), spread.get("ttft_p50_ms", 0.0), MIN_SPREAD)
     return ttft, max(spread.get("tpot_p50_ms", 0.0), MIN_SPREAD)
 
 
-def _scaled(slo: Slo | None, spread: tuple[float, float], side: int) -> Slo | None:
+def scaled_slo(slo: Slo, spread: tuple[float, float], side: int) -> Slo:
     """The SLO's lines as the twin must meet them if it is off by `spread` (side 1: the server is slower than the
     twin says, so the twin must meet tighter lines; -1: faster, looser)."""
-    if slo is None:
-        return None
     ttft, tpot = (1 + spread[0]) ** side, (1 + spread[1]) ** side
     return dataclasses.replace(slo, ttft_ms=None if slo.ttft_ms is None else slo.ttft_ms / ttft,
                                tpot_ms=None if slo.tpot_ms is None else slo.tpot_ms / tpot,

@@ -1,0 +1,95 @@
+"""A fleet plan against ground truth it never saw (docs/planning.md): three emulated node types, each running a
+hidden hardware and acceptance profile (tests/twinkit.py; one node type about half as fast as the fastest), measured
+over HTTP at C = 1, 4, 16 and fitted; the plan for N users per configuration, then the truth: the hidden profiles
+themselves in virtual time (the emulator's own model without HTTP, as test_twin's truth), as a fleet of k nodes at
+the same N users through the same router. The plan must be within one node of the truth's fewest nodes, where its
+twin's fit is within 15% (test_twin's bar); a twin over it (a fit from levels measured while this 2-core machine is
+busy: slow-mtp's TTFT p90 at C = 1 once 52% off) is planned and said so, and its plan is not short of the truth by
+more than a node (its interval is wide: sized by the low end, it leans to more nodes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from loadgen.campaigns.plan import make_plan
+from loadgen.campaigns.plan_command import plan_text
+from loadgen.cli import main
+from loadgen.results.slo import Slo
+from plankit import PROMPTS, fitted_configuration, truth_configuration, truth_size
+from twinkit import hidden_profile
+
+pytestmark = pytest.mark.timeout(900)   # the module fits three twins from measured runs first
+NODES = (("slow-mtp", 3, "mtp"), ("dflash2", 4, "dflash2"), ("fast-mtp", 5, "mtp"))
+SLO = Slo(ttft_ms=400, tpot_ms=40)
+
+
+@pytest.fixture(scope="module")
+def fleet(ray_local, emulator_factory, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plan-fleet")
+    fitted, truth = [], {}
+    for name, seed, algorithm in NODES:
+        hidden = hidden_profile(seed, folder / f"{name}-hidden", algorithm)
+        print(f"\n{name}: {hidden.describe()}")
+        with emulator_factory(*hidden.flags) as url:
+            fitted.append(fitted_configuration(name, hidden, url, folder / name))
+        truth[name] = truth_configuration(name, seed, algorithm, folder / "truth")
+    return fitted, truth
+
+
+@pytest.mark.parametrize("users,router", [(60, "least-outstanding"), (150, "least-outstanding"),
+                                          (60, "round-robin")])
+def test_plan_is_within_one_node_of_the_truth(fleet, users, router):
+    fitted, truth = fleet
+    plan = make_plan(fitted, users, SLO, router, 40, PROMPTS["max_new_tokens"], 128)
+    print(plan_text(plan))
+    for p in plan.configs:
+        assert p.fleet.level is not None, f"{p.config.name}: no fleet planned"
+        k, level, fewer = truth_size(truth[p.config.name], users, SLO, router, p.fleet.nodes)
+        print(f"{p.config.name}: planned {p.fleet.nodes}, truth {k} ({level.ttft_p90_ms:.0f} ms TTFT p90; one "
+              f"fewer: {100 * fewer.attainment if fewer else 100:.0f}% within)")
+        assert fewer is None or not fewer.passed
+        rough = p.config.twin.error is not None and p.config.twin.error.over_limit() is not None
+        if rough:   # a fit over 15% (a noisy measurement on a busy machine): planned, said so, and not short
+            assert any(n.startswith(f"twin {p.config.name} (planned, over 15%)") for n in plan.notes)
+            assert p.fleet.nodes >= k - 1, f"{p.config.name}: planned {p.fleet.nodes} nodes, the truth needs {k}"
+        else:
+            assert abs(p.fleet.nodes - k) <= 1, f"{p.config.name}: planned {p.fleet.nodes} nodes, the truth needs {k}"
+
+
+def _experiment_file(folder: Path) -> Path:
+    """The workload and a short measured window for --confirm (the same prompts the twins were fitted on)."""
+    path = folder / "confirm.toml"
+    path.write_text(tomli_w.dumps({
+        "run": {"name": "plan-confirm"}, "prompts": PROMPTS, "slo": {"ttft_ms": SLO.ttft_ms, "tpot_ms": SLO.tpot_ms},
+        "load": {"concurrency": [1], "warmup_s": 2.0, "measure_s": 6.0, "min_measured_requests": 40},
+        "targets": [{"name": "unused", "url": "http://127.0.0.1:9"}]}))
+    return path
+
+
+def test_confirm_holds_on_the_node_and_not_on_a_degraded_one(fleet, emulator_factory, tmp_path, capsys):
+    """--confirm measures one node at the plan's load per node and one above: the hidden fast node meets the SLO
+    there (its truth serves about 24 users, the plan puts 20 on it); the same node stuck in a low-power state
+    (--fault degraded-power: a third of its speed) misses it, the command says the plan does not hold and names
+    the node off its own twin (drift); the healthy node is not named."""
+    fitted, _ = fleet
+    files = [arg for c in fitted for arg in ("--twin", c.twin_file)]
+    config = _experiment_file(tmp_path)
+    name, seed, algorithm = NODES[2]
+    hidden = hidden_profile(seed, tmp_path / "hidden", algorithm)
+    for fault, code, words in (((), 0, "the plan holds: one node met the SLO at its planned 20 users"),
+                               (("--fault", "degraded-power"), 1, "the plan does NOT hold")):
+        drifted = bool(fault)   # the degraded node is named off its own twin; the healthy one is not
+        with emulator_factory(*hidden.flags, *fault) as url:
+            assert main(["plan", *files, "--users", "60", "--slo", "ttft_ms=400,tpot_ms=40", "--config", str(config),
+                         "--confirm", f"{name}={url}", "--results", str(tmp_path / "results")]) == code
+        out = capsys.readouterr().out
+        with capsys.disabled():   # shown with -s, and kept out of the next iteration's capture
+            print(out)
+        assert f"{name}: {words}" in out
+        errors = [line for line in out.splitlines() if f"{name} vs run plan-confirm-{name}-" in line]
+        assert len(errors) == 5 and len({line.split(":")[0] for line in errors}) == 1   # this run's, per metric
+        assert (f"DRIFT: {name} at {url} serves" in out) == drifted
