@@ -225,6 +225,23 @@ def llama_server_bin() -> tuple[str, str]:
     return paths
 
 
+MTP_EMULATOR = """[targets.emulator]
+model-path = "m"
+speculative-algorithm = "NEXTN"
+speculative-num-steps = 3
+speculative-eagle-topk = 1
+speculative-num-draft-tokens = 4
+"""
+
+
+def small_job_toml(name: str, levels: str, max_new_tokens: int = 16, measure_s: float = 2.0, extra: str = "") -> str:
+    """A short experiment file on one emulated MTP target (`mtp`) for the jobs the e2e tests submit; `extra` is TOML
+    appended after it (more emulator flags, an [slo], another target)."""
+    return (f'[run]\nname = "{name}"\n[load]\nconcurrency = [{levels}]\nwarmup_s = 0.5\nmeasure_s = {measure_s}\n'
+            f'[prompts]\nmax_new_tokens = {max_new_tokens}\nignore_eos = true\n[[targets]]\nname = "mtp"\n'
+            f"{MTP_EMULATOR}{extra}")
+
+
 def fleet_toml(name: str, mark: str, nodes: dict[str, tuple[str, str]], replace: str = "") -> str:
     """A fleet file of emulated nodes for a cluster started by `ray_head`: node name -> (how Ray finds it, e.g.
     'resource = "spark1"', and its extra emulator flags, e.g. 'seed = 1, time-scale = 4.0'). `mark` goes into

@@ -14,31 +14,11 @@ import duckdb
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ray_head, submit_job
+from conftest import ray_head, small_job_toml, submit_job
 from loadgen.servers.ports import free_port
 
-EXPERIMENT = """
-[run]
-name = "live"
-[load]
-concurrency = [3]
-warmup_s = 0.5
-measure_s = 10.0
-[prompts]
-max_new_tokens = 48
-ignore_eos = true
-[slo]
-ttft_ms = 400
-[[targets]]
-name = "mtp"
-[targets.emulator]
-model-path = "m"
-speculative-algorithm = "NEXTN"
-speculative-num-steps = 3
-speculative-eagle-topk = 1
-speculative-num-draft-tokens = 4
-time-scale = 4
-"""
+EXPERIMENT = small_job_toml("live", "3", max_new_tokens=48, measure_s=10.0,
+                            extra="time-scale = 4\n[slo]\nttft_ms = 400\n")
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict, float]]]:

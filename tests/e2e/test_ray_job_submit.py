@@ -10,28 +10,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from conftest import ray_head, submit_job
+from conftest import ray_head, small_job_toml, submit_job
 
 REPO = Path(__file__).parents[2]
-EXPERIMENT = """
-[run]
-name = "submitted"
-[load]
-concurrency = [2]
-warmup_s = 0.5
-measure_s = 2.0
-[prompts]
-max_new_tokens = 16
-ignore_eos = true
-[[targets]]
-name = "mtp"
-[targets.emulator]
-model-path = "m"
-speculative-algorithm = "NEXTN"
-speculative-num-steps = 3
-speculative-eagle-topk = 1
-speculative-num-draft-tokens = 4
-"""
+EXPERIMENT = small_job_toml("submitted", "2")
 
 
 @pytest.fixture(scope="module")

@@ -14,30 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ray_head, submit_job
+from conftest import ray_head, small_job_toml, submit_job
 
 REPO = Path(__file__).parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]   # a venv of its own, with Ray: minutes
 
-EXPERIMENT = """
-[run]
-name = "wheel"
-[load]
-concurrency = [1, 2]
-warmup_s = 0.5
-measure_s = 2.0
-[prompts]
-max_new_tokens = 16
-ignore_eos = true
-[[targets]]
-name = "mtp"
-[targets.emulator]
-model-path = "m"
-speculative-algorithm = "NEXTN"
-speculative-num-steps = 3
-speculative-eagle-topk = 1
-speculative-num-draft-tokens = 4
-[[targets]]
+EXPERIMENT = small_job_toml("wheel", "1, 2") + """[[targets]]
 name = "dflash2"
 [targets.emulator]
 model-path = "m"
