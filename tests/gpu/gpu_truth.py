@@ -108,7 +108,7 @@ def tables(args: argparse.Namespace) -> int:
     if not (out / "truth.json").is_file():
         print(f"(no {out / 'truth.json'}: the counted runs did not run; the tables come from every step of "
               f"{results})\n")
-        return sweep_tables(results, args.logs or _logs_dir(out))
+        return sweep_tables(results, Path(args.logs) if args.logs else _logs_dir(out))
     records = json.loads((out / "truth.json").read_text())
     con = analysis.open_results(results, [r["run_id"] for r in records])
     print("## Tokens: loadgen's rows against the server's counters (the drafting probe's own tokens taken out)\n")
