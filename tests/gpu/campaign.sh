@@ -11,7 +11,7 @@
 # STAGE comes from tests/gpu/stage.sh (on a machine that reaches PyPI). $WORK defaults to /tmp/loadgen-gpu;
 # CUDA_ARCH (default: the GPU's own, from nvidia-smi) picks the build's architecture. Nothing here changes the
 # GPU's settings. The analysis of OUT (twin fits, predictions, the truth tables) runs anywhere:
-# tests/gpu/analyse.sh OUT.
+# tests/gpu/analyse.sh OUT (docs/real-gpu.md).
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 WORK="${LOADGEN_GPU_WORK:-/tmp/loadgen-gpu}"
