@@ -7,6 +7,7 @@ stays readable. Files follow the data contract: <root>/<table>/run_id=<id>/part-
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,3 +114,32 @@ def two_runs_mtp_vs_dflash(root: Path) -> Path:
         r.request(run, 1, "mtp", f"{run}-a", sent_ms=1100, frames=[(1200, 1), (1300, 3)], spec_verify_ct=2)
         r.request(run, 1, "df", f"{run}-b", sent_ms=1100, frames=[(1200, 1), (1300, 7)], spec_verify_ct=2)
     return r.write(root)
+
+
+# GPU telemetry fixtures (the gpu_by_step, energy and cost queries' tests)
+GB10 = {"name": "NVIDIA GB10", "driver_version": "580.95.05", "cuda_version": "13.0", "index": "0"}
+
+
+def hardware(**gpu) -> str:
+    return json.dumps({"host": "h", "os": "Linux", "loadgen_version": "0.1.0", "source": "dcgm",
+                       "gpus": [dict(GB10, **gpu)]})
+
+
+def gpu_step(r: Results, run: str, step: int, target: str, node: str, clocks: list[float], *, window=(1000, 5000),
+             power: float = 100.0, reasons: int = 0, joules_per_s: float = 100.0, **step_extra) -> None:
+    """A step whose window [1 s, 5 s] holds one sample per second with these clocks, flat power, a constant
+    reasons mask, and an energy counter growing joules_per_s from 0 at t = 0; samples at 0 and 6 s bracket it."""
+    r.step(run, step, target, node=node, window_ms=window, hardware=step_extra.pop("hardware", hardware()),
+           **step_extra)
+    times = [0.0, *[window[0] + 1000 * i for i in range(len(clocks))], 6000.0]
+    for i, t in enumerate(times):
+        inside = 0 < i < len(times) - 1
+        r.gpu_sample(run, step, target, node=node, t_ms=t, power_w=power, energy_j=joules_per_s * t / 1000,
+                     sm_clock_mhz=clocks[i - 1] if inside else 208.0, sm_clock_max_mhz=2405.0,
+                     clock_reasons_mask=reasons if inside else 1, temperature_c=50.0 + i)
+
+
+def window_tokens(r: Results, run: str, step: int, target: str, tokens_per_frame: int, frames: int) -> None:
+    """One measured ok request whose frames (one every 100 ms from 1.1 s) all land inside the window."""
+    r.request(run, step, target, f"{target}-{step}", sent_ms=1000,
+              frames=[(1100 + 100 * i, tokens_per_frame) for i in range(frames)])

@@ -72,17 +72,18 @@ def _confirm(cfg: SearchConfig, level: float, passed: bool) -> tuple[float, str]
 
 def _interval_edge(cfg: SearchConfig, level: float, passed: bool) -> tuple[float, str] | None:
     """The seeded search's third probe, when the second agreed with the first (the twin was off): just past the
-    far end of the prediction's interval, where the capacity should be at the latest; the usual search after."""
+    far end of the prediction's interval, or past the second probe where that already lay beyond it, where the
+    capacity should be at the latest; the usual search after."""
     seed = cfg.seeds[0]
-    if passed and seed.high >= level:
-        up = min(round_level(cfg, seed.high * (1 + cfg.tolerance), above=seed.high) if cfg.rates else seed.high + 1,
-                 cfg.high)
-        return (up, f"the twin was low: past its interval's upper end {_fmt(seed.high)}") if up > level else None
-    if not passed and seed.low <= level:
-        down = max(round_level(cfg, seed.low / (1 + cfg.tolerance), above=cfg.low - 1) if cfg.rates
-                   else seed.low - 1, cfg.low)
-        return (down, f"the twin was high: past its interval's lower end {_fmt(seed.low)}") if down < level else None
-    return None
+    if passed:
+        edge = max(seed.high, level)
+        up = min(round_level(cfg, edge * (1 + cfg.tolerance), above=edge) if cfg.rates else edge + 1, cfg.high)
+        return (up, f"the twin was low: past {_fmt(edge)}, its interval's upper end or the last pass") \
+            if up > level else None
+    edge = min(seed.low, level)
+    down = max(round_level(cfg, edge / (1 + cfg.tolerance), above=cfg.low - 1) if cfg.rates else edge - 1, cfg.low)
+    return (down, f"the twin was high: past {_fmt(edge)}, its interval's lower end or the last fail") \
+        if down < level else None
 
 
 def _next_level(cfg: SearchConfig, passed: float | None, failed: float | None) -> tuple[float, str] | None:

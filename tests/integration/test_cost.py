@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_queries_gpu import _tokens, gpu_step
 
 from loadgen.config import parse_experiment
 from loadgen.config.cost import Prices
@@ -19,7 +18,7 @@ from loadgen.errors import ConfigError
 from loadgen.results import analysis, answer
 from loadgen.results.report.data import load_report
 from loadgen.results.report.findings import verdict
-from sqlfixtures import Results
+from sqlfixtures import Results, gpu_step, window_tokens
 
 REPO = Path(__file__).parents[2]
 TARGETS = [{"name": "mtp", "url": "http://127.0.0.1:30000"},
@@ -75,8 +74,8 @@ def _run(tmp_path: Path, config: dict) -> tuple[Path, Results]:
                  algorithm="NEXTN")
         gpu_step(r, "r", step, "dflash2", "n2", [2400] * 5, joules_per_s=100.0, concurrency=conc, target_index=1,
                  algorithm="DFLASH")
-        _tokens(r, "r", step, "mtp", 10, 20 + 10 * step)
-        _tokens(r, "r", step, "dflash2", 30, 20)
+        window_tokens(r, "r", step, "mtp", 10, 20 + 10 * step)
+        window_tokens(r, "r", step, "dflash2", 30, 20)
     return r.write(tmp_path), r
 
 

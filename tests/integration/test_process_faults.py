@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import duckdb
 import psutil
@@ -33,11 +34,16 @@ def _alive_pids(class_name: str) -> list[int]:
     return out
 
 
-def _kill_when(url: str, n_seen: int, class_name: str, delay_s: float, killed: list[int]) -> threading.Thread:
-    """SIGKILL one live actor of `class_name` (a crash: Ray may restart it) once the server saw n requests."""
+def _kill_when(url: str, n_seen: int, class_name: str, delay_s: float, killed: list[int],
+               written: Path | None = None) -> threading.Thread:
+    """SIGKILL one live actor of `class_name` (a crash: Ray may restart it) once the server saw n requests (and,
+    with `written`, once a Parquet part is under that folder: the sink's first incarnation wrote something)."""
+    def ready() -> bool:
+        return len(truth(url)) >= n_seen and (written is None or any(written.rglob("*.parquet")))
+
     def go() -> None:
         deadline = time.monotonic() + 60
-        while len(truth(url)) < n_seen and time.monotonic() < deadline:
+        while not ready() and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(delay_s)
         pid = _alive_pids(class_name)[0]
@@ -86,7 +92,7 @@ def test_worker_killed_mid_step(policy, ray_local, emulator_factory, tmp_path):
 def test_sink_killed_mid_step(ray_local, emulator_factory, tmp_path):
     killed: list[int] = []
     with emulator_factory(*SLOW) as url:
-        killer = _kill_when(url, 6, "ResultsSink", 0.3, killed)
+        killer = _kill_when(url, 6, "ResultsSink", 0.3, killed, written=tmp_path)
         result = run(url, tmp_path, concurrency=(4, 2), requests=12, max_tokens=48)
         killer.join()
     assert killed

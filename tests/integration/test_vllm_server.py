@@ -33,7 +33,7 @@ from vllmserver import NGRAM, VllmServer, vllm_paths
 MAX_TOKENS = 48
 LEVELS = {1: 4, 3: 6}   # concurrency -> requests (a counted run: all measured)
 SLO = {"ttft_ms": 5000, "attainment": 0.8}
-SHORT = Path(__file__).parent / "data" / "short-prompts.jsonl"
+SHORT = Path(__file__).parents[1] / "data" / "short-prompts.jsonl"
 # code edits, whose answers copy the function in the prompt, against fresh prose
 KINDS = [{"kind": "code", "weight": 0.5, "templates": ["type_hints", "find_bug", "refactor"]},
          {"kind": "prose", "weight": 0.5}]

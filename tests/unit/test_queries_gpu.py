@@ -11,32 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadgen.results import analysis, answer, gpu_answer
-from sqlfixtures import Results
-
-GB10 = {"name": "NVIDIA GB10", "driver_version": "580.95.05", "cuda_version": "13.0", "index": "0"}
-
-
-def hardware(**gpu) -> str:
-    return json.dumps({"host": "h", "os": "Linux", "loadgen_version": "0.1.0", "source": "dcgm",
-                       "gpus": [dict(GB10, **gpu)]})
+from sqlfixtures import Results, gpu_step, hardware, window_tokens
 
 
 def query(root: Path, name: str, **params) -> list[dict]:
     return analysis.run_query(analysis.open_results(root), name, params).to_pylist()
-
-
-def gpu_step(r: Results, run: str, step: int, target: str, node: str, clocks: list[float], *, window=(1000, 5000),
-             power: float = 100.0, reasons: int = 0, joules_per_s: float = 100.0, **step_extra) -> None:
-    """A step whose window [1 s, 5 s] holds one sample per second with these clocks, flat power, a constant
-    reasons mask, and an energy counter growing joules_per_s from 0 at t = 0; samples at 0 and 6 s bracket it."""
-    r.step(run, step, target, node=node, window_ms=window, hardware=step_extra.pop("hardware", hardware()),
-           **step_extra)
-    times = [0.0, *[window[0] + 1000 * i for i in range(len(clocks))], 6000.0]
-    for i, t in enumerate(times):
-        inside = 0 < i < len(times) - 1
-        r.gpu_sample(run, step, target, node=node, t_ms=t, power_w=power, energy_j=joules_per_s * t / 1000,
-                     sm_clock_mhz=clocks[i - 1] if inside else 208.0, sm_clock_max_mhz=2405.0,
-                     clock_reasons_mask=reasons if inside else 1, temperature_c=50.0 + i)
 
 
 def test_gpu_by_step_clock_power_throttling_and_energy_over_the_window(tmp_path):
@@ -67,12 +46,6 @@ def test_energy_without_a_counter_is_median_power_times_the_window(tmp_path):
     assert (row["energy_j"], row["energy_method"]) == (240.0, "power")
 
 
-def _tokens(r: Results, run: str, step: int, target: str, tokens_per_frame: int, frames: int) -> None:
-    """One measured ok request whose frames (one every 100 ms from 1.1 s) all land inside the window."""
-    r.request(run, step, target, f"{target}-{step}", sent_ms=1000,
-              frames=[(1100 + 100 * i, tokens_per_frame) for i in range(frames)])
-
-
 def test_energy_tokens_per_joule_and_the_ratio_to_the_baseline(tmp_path):
     r = Results()
     r.run("r")
@@ -81,8 +54,8 @@ def test_energy_tokens_per_joule_and_the_ratio_to_the_baseline(tmp_path):
                  algorithm="NEXTN")
         gpu_step(r, "r", step, "dflash2", "n2", [2400] * 5, joules_per_s=100.0, concurrency=conc, target_index=1,
                  algorithm="DFLASH")
-        _tokens(r, "r", step, "mtp", 10, 20)        # 200 tokens in 4 s at 50 J/s: 200 J -> 1.0 token/J
-        _tokens(r, "r", step, "dflash2", 30, 20)    # 600 tokens, 400 J -> 1.5 token/J
+        window_tokens(r, "r", step, "mtp", 10, 20)        # 200 tokens in 4 s at 50 J/s: 200 J -> 1.0 token/J
+        window_tokens(r, "r", step, "dflash2", 30, 20)    # 600 tokens, 400 J -> 1.5 token/J
     rows = {(x["target"], x["concurrency"]): x for x in query(r.write(tmp_path), "energy")}
     mtp, dflash = rows[("mtp", 1)], rows[("dflash2", 1)]
     assert (mtp["tok_per_j"], mtp["energy_j"], mtp["j_per_request"]) == (1.0, 200.0, 200.0)
