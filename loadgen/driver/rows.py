@@ -70,14 +70,21 @@ def write_run(ctx: RunContext, started: int, finished: int | None, status: str, 
     ray.get(ctx.sink.write.remote({"runs": schema.batch_from_rows("runs", [row])}))
 
 
-def git_commit() -> str | None:
-    """The checkout's commit; under `ray job submit` (Ray uploads the working dir without .git) the one the
-    submitter passes as LOADGEN_GIT_COMMIT (docs/fleets.md)."""
+CHECKOUT = Path(__file__).parents[2]   # the repo's root when loadgen runs from a checkout (not from a wheel)
+
+
+def git_commit(root: Path = CHECKOUT) -> str | None:
+    """The checkout's commit, where `root` is the top of a git work tree (an installed loadgen in a venv that lies
+    inside some other checkout has none); under `ray job submit` (Ray uploads the working dir without .git) the
+    one the submitter passes as LOADGEN_GIT_COMMIT (docs/fleets.md)."""
     if os.environ.get("LOADGEN_GIT_COMMIT"):
         return os.environ["LOADGEN_GIT_COMMIT"]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).parent)
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=root)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    found = out.stdout.split()
+    if out.returncode != 0 or len(found) != 2 or Path(found[0]).resolve() != root.resolve():
+        return None
+    return found[1]
