@@ -310,7 +310,7 @@ CREATE OR REPLACE MACRO ms_bucket(v) AS CASE
 -- sorted position p (0-based) is the v of the frame whose weight, after the weight of the frames before it in
 -- v order, covers p. Sorting every frame by v costs more than the expansion, so each step's frames are first
 -- weighed per ms_bucket(v): the buckets that hold the wanted positions hold few frames, and only those are
--- sorted. tests/test_queries_itl.py compares the result with the expanded samples.
+-- sorted. tests/unit/test_queries_itl.py compares the result with the expanded samples.
 CREATE OR REPLACE VIEW step_latency AS
 WITH f AS MATERIALIZED (   -- frames after a request's first; v and b NULL when tokens are unknown or 0
     SELECT step_no, gap_ms, tokens, v, ms_bucket(v) AS b
