@@ -225,6 +225,15 @@ def llama_server_bin() -> tuple[str, str]:
     return paths
 
 
+def chain_draft_profile(name: str, **accept_p: float) -> str:
+    """An emulator algorithm profile (TOML): a chain draft of 3 steps, 4 draft tokens, 0.9 ms a draft forward, and
+    `accept_p` per prompt kind (prose and code 0.3 unless given)."""
+    accept = {"prose": 0.3, "code": 0.3, **accept_p}
+    return (f'name = "{name}"\ndraft = "chain"\ndefault_num_steps = 3\ndefault_eagle_topk = 1\n'
+            "default_num_draft_tokens = 4\ndraft_forward_ms = 0.9\n[accept_p]\n"
+            + "".join(f"{kind} = {p}\n" for kind, p in accept.items()))
+
+
 MTP_EMULATOR = """[targets.emulator]
 model-path = "m"
 speculative-algorithm = "NEXTN"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import emulator
+from conftest import chain_draft_profile, emulator
 from loadgen.client import sessions
 from loadgen.client.http_stream import Endpoint, ReadLoop, stream_request
 from loadgen.client.protocol.base import Adapter, FrameBuffer, SamplingSpec, StreamState
@@ -23,17 +23,7 @@ from loadgen.prompts.mix import PromptMix
 from loadgen.results import analysis
 from sqlfixtures import Results
 
-PROFILE = """name = "agentic"
-draft = "chain"
-default_num_steps = 3
-default_eagle_topk = 1
-default_num_draft_tokens = 4
-draft_forward_ms = 0.9
-[accept_p]
-prose = 0.3
-code = 0.3
-tool_call = 0.9
-"""
+PROFILE = chain_draft_profile("agentic", tool_call=0.9)
 
 
 def _opening(tools: int = 3, result_tokens: int = 50, max_calls: int = 8) -> Prompt:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import emulator
+from conftest import chain_draft_profile, emulator
 from loadgen.client.http_stream import Endpoint, ReadLoop, stream_request
 from loadgen.client.preflight import ServerControl
 from loadgen.client.protocol import adapter_for
@@ -28,17 +28,7 @@ from loadgen.results import analysis, answer
 from sqlfixtures import Results, ns
 
 THINK = 24          # --reasoning-tokens: <think>, 22 thoughts, </think>
-PROFILE = """name = "thinker"
-draft = "chain"
-default_num_steps = 3
-default_eagle_topk = 1
-default_num_draft_tokens = 4
-draft_forward_ms = 0.9
-[accept_p]
-prose = 0.3
-code = 0.3
-reasoning = 0.85
-"""
+PROFILE = chain_draft_profile("thinker", reasoning=0.85)
 
 
 def _emulator_flags(tmp_path: Path, *extra: str) -> list[str]:
