@@ -220,13 +220,18 @@ class StreamExchange:
             sock.close()
             return
         self.sock = sock
+        # stamped before the send that hands over the last byte: the server cannot start before it, however long
+        # this process is descheduled after the call returns
+        t_sent = now_ns()
         try:
             sent = sock.send(self.request)  # a request fits the socket buffer unless its prompt is huge
         except BlockingIOError:
             sent = 0
-        if sent < len(self.request) and not await self._send_rest(sock, memoryview(self.request)[sent:]):
-            return
-        self.state.t_sent_ns = self.t_last_read = now_ns()
+        if sent < len(self.request):
+            if not await self._send_rest(sock, memoryview(self.request)[sent:]):
+                return
+            t_sent = now_ns()
+        self.state.t_sent_ns = self.t_last_read = t_sent
         if not self.done.done():
             self.reads.add_reader(sock.fileno(), self.on_readable)
         await self.done

@@ -114,7 +114,7 @@ REQUESTS = pa.schema([
     ("spec_accept_length", pa.float64()),  # the server's own figure, when it reports one
     ("finish_reason", pa.string()),
     ("t_scheduled_ns", pa.int64()),
-    ("t_sent_ns", pa.int64()),
+    ("t_sent_ns", pa.int64()),            # just before the send call that handed the kernel its last byte
     ("t_headers_ns", pa.int64()),
     ("t_first_token_ns", pa.int64()),   # the first output of any kind: a thought or the answer
     ("t_first_answer_ns", pa.int64()),  # the first answer output (after the thinking); = t_first_token_ns without

@@ -110,22 +110,22 @@ def test_a_grid_over_the_same_levels_gives_the_same_answer(servers, search, tmp_
 
 
 def test_open_loop_search_stops_where_the_queue_starts(servers, tmp_path):
-    """Constant arrivals at rate r with a response taking s seconds keep r x s requests in service (Little's
-    law): past r = K / s they queue and TTFT fails. s is the decode time measured in the capacity's own probe
-    (e2e - TTFT: no queue wait in it): the emulator's speed moves with the machine's load from one probe to the
-    next (in one CI run 1.06 s at the capacity, 1.24-1.26 s at every other probe), so an s from another probe
-    does not say where this one's queue starts. The capacity must be near K / s (batching and the short window's
-    transient move it a little either way; the 80% attainment lets a little queueing pass)."""
+    """Constant arrivals at rate r with responses taking s seconds on average keep r x s requests in service
+    (Little's law): past r = K / s they queue and TTFT fails. s is the mean of e2e - TTFT (no queue wait in it)
+    over every measured request of the search: a short prompt's response ends anywhere up to max_new_tokens (104
+    of 128 tokens on average in one run), so a probe's median (a full response, 1.24 s) overstates s by ~20%,
+    and one probe's 16 requests draw a different mix of lengths than the next. The capacity must be near K / s
+    (batching and the short window's transient move it a little either way; the 80% attainment lets a little
+    queueing pass; a 16-request probe's verdict is noisy: attainment 0.31 to 1.0 at the same rate 4.0)."""
     k4 = {"k4": servers["k4"]}
     load = {"mode": "open", "arrival": "constant", "max_in_flight": 64, "search": "capacity",
             "search_min": 1.0, "search_max": 32.0, "search_tolerance": 0.15}
     run_id, [row] = _run(k4, load, tmp_path)
     assert row["capacity"] is not None and row["first_fail"] is not None, row
     con = analysis.open_results(tmp_path, [run_id])
-    [(service_s,)] = con.execute("SELECT median(m.e2e_ms - m.ttft_ms) / 1000 FROM measured m JOIN step_info s "
-                                 "USING (run_id, step_id, target) WHERE m.status = 'ok' AND abs(s.rate - ?) < 1e-6",
-                                 [row["capacity"]]).fetchall()
+    [(service_s,)] = con.execute("SELECT avg(e2e_ms - ttft_ms) / 1000 FROM measured WHERE status = 'ok'"
+                                 ).fetchall()
     saturation = 4 / service_s
     assert row["first_fail"] / row["capacity"] - 1 <= 0.15 + 1e-3
     assert 0.7 * saturation <= row["capacity"] <= 1.2 * saturation, (row, saturation)
-    assert row["first_fail"] > 0.85 * saturation, (row, saturation)
+    assert row["first_fail"] > 0.8 * saturation, (row, saturation)
