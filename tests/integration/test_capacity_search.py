@@ -112,11 +112,10 @@ def test_a_grid_over_the_same_levels_gives_the_same_answer(servers, search, tmp_
 def test_open_loop_search_stops_where_the_queue_starts(servers, tmp_path):
     """Constant arrivals at rate r with responses taking s seconds on average keep r x s requests in service
     (Little's law): past r = K / s they queue and TTFT fails. s is the mean of e2e - TTFT (no queue wait in it)
-    over every measured request of the search: a short prompt's response ends anywhere up to max_new_tokens (104
-    of 128 tokens on average in one run), so a probe's median (a full response, 1.24 s) overstates s by ~20%,
-    and one probe's 16 requests draw a different mix of lengths than the next. The capacity must be near K / s
-    (batching and the short window's transient move it a little either way; the 80% attainment lets a little
-    queueing pass; a 16-request probe's verdict is noisy: attainment 0.31 to 1.0 at the same rate 4.0)."""
+    over every measured request of the search: a short prompt's response ends anywhere up to max_new_tokens, so a
+    median (a full response) overstates it, and one probe's few requests draw their own mix of lengths. The
+    capacity must be near K / s (batching and the short window's transient move it a little either way; the 80%
+    attainment lets a little queueing pass; a short probe's verdict is noisy)."""
     k4 = {"k4": servers["k4"]}
     load = {"mode": "open", "arrival": "constant", "max_in_flight": 64, "search": "capacity",
             "search_min": 1.0, "search_max": 32.0, "search_tolerance": 0.15}
