@@ -5,7 +5,7 @@
 #
 #   tests/gpu/campaign.sh build   STAGE   # llama.cpp (STAGE/llama.cpp.tar.xz) -> $WORK/bin/llama-server (~4 min)
 #   tests/gpu/campaign.sh install STAGE   # STAGE/chunks/payload.* -> the draft GGUF and the wheels in $WORK/site
-#   tests/gpu/campaign.sh measure OUT     # serve, sweep, truth runs; results and logs packed into OUT
+#   tests/gpu/campaign.sh measure OUT     # serve, then PHASES (default "sweep truth"); packed into OUT
 #   tests/gpu/campaign.sh all STAGE OUT   # the three in order (a machine that holds the whole stage)
 #
 # STAGE comes from tests/gpu/stage.sh (on a machine that reaches PyPI). $WORK defaults to /tmp/loadgen-gpu;
@@ -60,32 +60,66 @@ wait_healthy() {
   done
 }
 
-measure() {
-  local out="$1"
-  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}" PATH="$WORK/site/bin:$PATH" PYTHONUNBUFFERED=1
-  export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 LOADGEN_GIT_COMMIT="${LOADGEN_GIT_COMMIT:-$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)}"
-  mkdir -p "$out" "$WORK/run"
-  local draft="$WORK/payload/draft.gguf" target="$WORK/target-x$REPEAT.gguf"
+# both servers on the GPU with the given extra flags (e.g. --kv-unified); `stop_servers` ends them
+serve() {
+  local draft="$WORK/payload/draft.gguf" target="$WORK/target-x$REPEAT.gguf" tag="$1"; shift
   [[ -f "$target" ]] || python3 "$REPO/tests/gpu/stack_gguf.py" "$draft" "$target" --repeat "$REPEAT" \
     --gguf-py "$WORK/src/llama.cpp/gguf-py"
-  local common=(-m "$target" -ngl 999 -np "$SLOTS" -c $((SLOTS * 2048)) --metrics --host 127.0.0.1 --no-webui)
-  "$WORK/bin/llama-server" "${common[@]}" --port 18080 >"$WORK/run/plain.log" 2>&1 & local plain=$!
+  local common=(-m "$target" -ngl 999 -np "$SLOTS" -c $((SLOTS * 2048)) --metrics --host 127.0.0.1 --no-webui "$@")
+  "$WORK/bin/llama-server" "${common[@]}" --port 18080 >"$WORK/run/plain$tag.log" 2>&1 & PLAIN=$!
   "$WORK/bin/llama-server" "${common[@]}" --port 18081 -md "$draft" -ngld 999 --spec-type draft-simple \
-    --spec-draft-n-max "$DRAFT_MAX" >"$WORK/run/drafted.log" 2>&1 & local drafted=$!
-  trap 'kill $plain $drafted 2>/dev/null || true' EXIT
-  wait_healthy http://127.0.0.1:18080 $plain && wait_healthy http://127.0.0.1:18081 $drafted
-  log "servers up: plain (pid $plain) and drafted (pid $drafted) on $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-  sed -e "s/@LEVELS@/$LEVELS/" -e "s/@MAX_TOKENS@/$MAX_TOKENS/" "$REPO/tests/gpu/gpu-sweep.toml" > "$WORK/run/gpu-sweep.toml"
-  (cd "$REPO" && python3 -m jobs.capacity --config "$WORK/run/gpu-sweep.toml" --results "$WORK/results") \
-    2>&1 | tee "$out/sweep.log"
-  (cd "$REPO" && python3 tests/gpu/gpu_truth.py run --results "$WORK/results" --out "$out" \
-    --server plain=http://127.0.0.1:18080="$WORK/run/plain.log" \
-    --server drafted=http://127.0.0.1:18081="$WORK/run/drafted.log") 2>&1 | tee "$out/truth-run.log"
-  nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv > "$out/gpu.csv"
-  "$WORK/bin/llama-server" --version > "$out/llama-version.txt" 2>&1 || true
-  cp "$WORK/run/"*.log "$WORK/run/gpu-sweep.toml" "$out/" 2>/dev/null || true
-  tar czf "$out/results.tar.gz" -C "$WORK" results
-  log "done: $(du -sh "$out/results.tar.gz" | cut -f1) of results in $out"
+    --spec-draft-n-max "$DRAFT_MAX" >"$WORK/run/drafted$tag.log" 2>&1 & DRAFTED=$!
+  trap stop_servers EXIT
+  wait_healthy http://127.0.0.1:18080 $PLAIN && wait_healthy http://127.0.0.1:18081 $DRAFTED
+  log "servers up ($tag${*:+: $*}): plain (pid $PLAIN), drafted (pid $DRAFTED) on $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+}
+
+stop_servers() { kill "${PLAIN:-}" "${DRAFTED:-}" 2>/dev/null || true; wait "${PLAIN:-}" "${DRAFTED:-}" 2>/dev/null || true; }
+
+# one jobs.capacity sweep: run name, levels, repeats
+sweep() {
+  local name="$1" levels="$2" repeats="$3"
+  sed -e "s/@NAME@/$name/" -e "s/@LEVELS@/$levels/" -e "s/@REPEATS@/$repeats/" -e "s/@MAX_TOKENS@/$MAX_TOKENS/" \
+    "$REPO/tests/gpu/gpu-sweep.toml" > "$WORK/run/$name.toml"
+  (cd "$REPO" && python3 -m jobs.capacity --config "$WORK/run/$name.toml" --results "$WORK/results") \
+    2>&1 | tee "$OUT_DIR/$name.log"
+}
+
+# counted runs checked against the servers' own counters and logs: drafted first (the one the truth lacked)
+truth() {
+  local tag="$1"
+  (cd "$REPO" && python3 tests/gpu/gpu_truth.py run --results "$WORK/results" --out "$OUT_DIR" \
+    --server drafted=http://127.0.0.1:18081="$WORK/run/drafted$tag.log" \
+    --server plain=http://127.0.0.1:18080="$WORK/run/plain$tag.log") 2>&1 | tee "$OUT_DIR/truth-run.log"
+}
+
+# PHASES (default "sweep truth"): sweep, truth (both on the default servers), unified (the sweep again with one
+# KV cache for all slots, `--kv-unified`), repeat (a third repeat at REPEAT_LEVELS on the default servers)
+measure() {
+  OUT_DIR="$1"
+  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}" PATH="$WORK/site/bin:$PATH" PYTHONUNBUFFERED=1
+  export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 LOADGEN_GIT_COMMIT="${LOADGEN_GIT_COMMIT:-$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)}"
+  mkdir -p "$OUT_DIR" "$WORK/run"
+  nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv > "$OUT_DIR/gpu.csv"
+  "$WORK/bin/llama-server" --version > "$OUT_DIR/llama-version.txt" 2>&1 || true
+  local phase served=""
+  for phase in ${PHASES:-sweep truth}; do
+    case "$phase" in
+      sweep|truth|repeat) [[ "$served" == default ]] || { stop_servers; serve "" ; served=default; } ;;
+      unified) [[ "$served" == unified ]] || { stop_servers; serve "-kvu" --kv-unified; served=unified; } ;;
+      *) log "unknown phase $phase"; return 2 ;;
+    esac
+    case "$phase" in
+      sweep) sweep gpu-sweep "$LEVELS" 2 ;;
+      truth) truth "" ;;
+      unified) sweep gpu-sweep-kvu "$LEVELS" "${UNIFIED_REPEATS:-1}" ;;
+      repeat) sweep gpu-sweep-r3 "${REPEAT_LEVELS:-8, 16}" 1 ;;
+    esac
+    cp "$WORK/run/"*.log "$WORK/run/"*.toml "$OUT_DIR/" 2>/dev/null || true
+    tar czf "$OUT_DIR/results.tar.gz" -C "$WORK" results   # after every phase: a cut campaign keeps what ended
+    log "phase $phase done: $(du -sh "$OUT_DIR/results.tar.gz" | cut -f1) of results in $OUT_DIR"
+  done
+  stop_servers
 }
 
 case "${1:-}" in
