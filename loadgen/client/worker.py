@@ -103,8 +103,9 @@ class LoadWorker(StepWatch):
         self.session = None
 
     # the step
-    async def start_step(self, step: StepSpec) -> None:
-        """Begin a step at `step.t_start_ns`; returns at once (the driver polls `progress`)."""
+    async def start_step(self, step: StepSpec) -> int:
+        """Begin a step at `step.t_start_ns`; returns at once (the driver polls `progress`) with how late it was
+        ready, in ns after the shared start (negative: in time)."""
         _raise_priority(step.realtime_priority)  # an async method runs on the event-loop thread, the one to raise
         if self.flavor is None or (self.options is None and self.flavor != "sglang"):
             await self.preflight()  # a restarted actor lost the driver's configure()
@@ -124,6 +125,7 @@ class LoadWorker(StepWatch):
         self.tokens = 0
         self.live.begin(step.slo)
         self.run_task = asyncio.create_task(self._run(step))
+        return now_ns() - step.t_start_ns
 
     async def _run(self, step: StepSpec) -> None:
         await _sleep_until(step.t_start_ns)

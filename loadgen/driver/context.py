@@ -17,6 +17,8 @@ from loadgen.driver.resume import ResumeState
 from loadgen.plan.steps import Judge, Verdicts
 from loadgen.results import analysis
 
+START_DELAY_S = 0.5         # time for every worker to receive `start_step` before the shared start instant
+
 
 def actor(cls: type) -> Any:
     """An @ray.remote class as Ray made it (an ActorClass with .options and .remote). mypy applies no class
@@ -44,6 +46,9 @@ class RunContext:
     resume: ResumeState | None = None  # what an earlier driver of this run left (--resume)
     dropped: dict[str, str] = field(default_factory=dict)   # target -> why its server is gone for the rest
     deaths: dict[str, int] = field(default_factory=dict)    # target -> times its server died in this run
+    started_at_ns: int = 0            # the run's start (its row says it)
+    start_delay_s: float = START_DELAY_S   # from a step's orders to its shared start (doubles after a late start)
+    superseded: list[int] = field(default_factory=list)     # this driver's step ids run again (a late start)
 
     @property
     def log(self) -> Callable[[str], None]:

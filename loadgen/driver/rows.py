@@ -65,7 +65,7 @@ def write_run(ctx: RunContext, started: int, finished: int | None, status: str, 
                             "ray": ray.__version__, "platform": platform.platform()}),
         "clock_anchor": json.dumps(anchor()), "slo": exp.slo.to_json() if exp.slo else None,
         "config_hash": config_hash(exp), "written_at_ns": now_ns(),
-        "superseded_steps": list(ctx.resume.superseded) if ctx.resume and ctx.resume.superseded else None,
+        "superseded_steps": [*(ctx.resume.superseded if ctx.resume else ()), *ctx.superseded] or None,
     }
     ray.get(ctx.sink.write.remote({"runs": schema.batch_from_rows("runs", [row])}))
 

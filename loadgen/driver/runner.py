@@ -27,12 +27,12 @@ from loadgen.clock import now_ns
 from loadgen.config import Experiment, TargetConfig
 from loadgen.driver import stop, twinseed
 from loadgen.driver.bringup import Target, bring_up, tear_down
-from loadgen.driver.context import RunContext, StepAborted, actor
+from loadgen.driver.context import START_DELAY_S, RunContext, StepAborted, actor
 from loadgen.driver.placement import LocalPlacement, placement_for
 from loadgen.driver.progress import Console
 from loadgen.driver.resume import ResumeState
 from loadgen.driver.rows import write_run
-from loadgen.driver.step import START_DELAY_S, run_step
+from loadgen.driver.step import run_step
 from loadgen.errors import ConfigError
 from loadgen.plan.steps import make_plan
 from loadgen.results.sink import ResultsSink, check_writable, flush
@@ -73,7 +73,7 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
     console = Console(log, terminal)
     ctx = RunContext(exp, run_id, results, sink, console, resume.next_step_id if resume else 0, sink_name, resume)
     log = console.line
-    started = resume.started_at_ns if resume else now_ns()
+    started = ctx.started_at_ns = resume.started_at_ns if resume else now_ns()
     write_run(ctx, started, None, "running", "")
     flush(sink)   # on disk before any load: a driver killed in its first step leaves a run that can be resumed
     placement = placement_for(exp.fleet)

@@ -4,7 +4,7 @@ dead server means for the rest of the run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
@@ -17,13 +17,14 @@ from loadgen.driver.bringup import Target
 from loadgen.driver.context import RunContext, StepAborted
 from loadgen.driver.livemetrics import StepLive
 from loadgen.driver.progress import StepProgress, step_label
-from loadgen.driver.rows import step_row, write_server_info_samples
+from loadgen.driver.rows import step_row, write_run, write_server_info_samples
 from loadgen.driver.window import Drain, close_windows, poll, stop_workers, wait_for_drain, write_lost_rows
 from loadgen.errors import TargetError
 from loadgen.plan.steps import PlannedStep, split_concurrency
 from loadgen.results import schema
 
-START_DELAY_S = 0.5         # time for every worker to receive `start_step` before the shared start instant
+LATE_START_S = 0.1          # a worker ready later than this after the shared start sent late: the step runs again
+MAX_START_DELAY_S = 4.0     # the delay doubles after each late start, up to this; a step late at it is kept
 _FOREVER = 1 << 62          # a window that never closes (fixed-count steps: every request is measured)
 
 
@@ -46,6 +47,7 @@ class _Started:
     active: list                      # every started worker
     by_target: list[list]             # the started workers of each target of the step
     unavailable: list[str]            # why some workers' streams did not run
+    late: list[str] = field(default_factory=list)   # workers ready after the shared start: their sends began late
 
 
 def run_step(ctx: RunContext, step: PlannedStep, all_targets: list[Target], total_steps: int | None) -> bool:
@@ -54,6 +56,7 @@ def run_step(ctx: RunContext, step: PlannedStep, all_targets: list[Target], tota
     stop.during(f"the start of {what}")
     stop.check()
     by_name = {t.config.name: t for t in all_targets}
+    original = step
     step, targets, infos = _before_step(ctx, step, [by_name[name] for name in step.targets])
     if not targets:
         return True   # every target of the step was dropped before it (their reasons are in ctx.dropped)
@@ -65,7 +68,7 @@ def run_step(ctx: RunContext, step: PlannedStep, all_targets: list[Target], tota
     telemetry.mark(gpus, ctx.sink, ctx.run_id, step.step_id, "step_start")
     sink_incarnation = ray.get(ctx.sink.incarnation.remote())
     orders = _orders(ctx, step, targets)   # all the work of planning the workers' shares, before the instant is set
-    times = _plan_times(ctx.exp.load, step)
+    times = _plan_times(ctx.exp.load, step, ctx.start_delay_s)
     # from here the clock says which part of the step runs; a closed-loop (adaptive) window's end is decided later
     stop.during(f"the warm-up of {what}", [(times.measure_start, f"the window of {what}")] + (
         [] if times.adaptive else [(times.measure_end, f"the drain of {what}")]))
@@ -73,12 +76,17 @@ def run_step(ctx: RunContext, step: PlannedStep, all_targets: list[Target], tota
     progress = _step_progress(ctx, step, targets, times, total_steps)
     interrupted: stop.Stopped | None = None
     ends = [times.measure_end] * len(targets)    # each target's window end
+    rerun = bool(started.late) and ctx.start_delay_s < MAX_START_DELAY_S
     try:
-        drain, ends = _wait_out(ctx, step, targets, started, times, what, progress)
+        if rerun:   # its sends began late: cut at once, kept in the files but left out of every view
+            drain = Drain(False, {})
+        else:
+            drain, ends = _wait_out(ctx, step, targets, started, times, what, progress)
     except stop.Stopped as exc:   # Ctrl-C or SIGTERM: cut and write what the workers hold, then stop the run
         interrupted, drain = exc, Drain(False, {})
     stop.during(f"the end of {what}")
-    cut = "cut: the run was stopped" if interrupted else "cut at the end of the step (drain)"
+    cut = ("cut: the run was stopped" if interrupted else "cut: the step started late" if rerun
+           else "cut at the end of the step (drain)")
     counts = stop_workers(started.active, drain, cut)
     t_end = now_ns()
     telemetry.mark(gpus, ctx.sink, ctx.run_id, step.step_id, "step_end")
@@ -99,6 +107,8 @@ def run_step(ctx: RunContext, step: PlannedStep, all_targets: list[Target], tota
     load = ctx.exp.load
     if interrupted:
         raise interrupted
+    if rerun:
+        return _run_again(ctx, original, all_targets, total_steps)
     if drain.budget or ((drain.dead or started.unavailable) and load.on_worker_death == "stop"):
         raise StepAborted(f"step {step.step_id}: {reason}")
     if deaths and load.on_server_death == "stop":
@@ -106,9 +116,22 @@ def run_step(ctx: RunContext, step: PlannedStep, all_targets: list[Target], tota
     return not reasons
 
 
-def _plan_times(load: LoadConfig, step: PlannedStep) -> _Times:
-    """The step starts START_DELAY_S from now, so that every worker has its orders before the shared start."""
-    t_start = now_ns() + int(START_DELAY_S * 1e9)
+def _run_again(ctx: RunContext, step: PlannedStep, all_targets: list[Target], total_steps: int | None) -> bool:
+    """A step whose sends began late runs again under the next step ids, with twice the start delay; the late
+    one's ids go to runs.superseded_steps at once, so the judge and every view leave its rows out."""
+    ctx.superseded.extend(range(step.step_id, step.step_id + step.width))
+    ctx.start_delay_s = min(2 * ctx.start_delay_s, MAX_START_DELAY_S)
+    write_run(ctx, ctx.started_at_ns, None, "running", "")   # read by the judge's next flush
+    again = replace(step, step_id=ctx.steps_run)
+    ctx.steps_run += step.width
+    ctx.log(f"step {step.step_id + 1} started late (its sends would have been late): running it again as step "
+            f"{again.step_id + 1}, with a {ctx.start_delay_s:g} s start delay")
+    return run_step(ctx, again, all_targets, None if total_steps is None else total_steps + step.width)
+
+
+def _plan_times(load: LoadConfig, step: PlannedStep, delay_s: float) -> _Times:
+    """The step starts `delay_s` from now, so that every worker has its orders before the shared start."""
+    t_start = now_ns() + int(delay_s * 1e9)
     counted = load.requests is not None
     t_ms = t_start if counted else t_start + int(load.warmup_s * 1e9)
     measure_s = step.measure_s or load.measure_s
@@ -167,9 +190,12 @@ def _start_workers(ctx: RunContext, targets: list[Target], orders: list[_Order],
     started = _Started([], [[] for _ in targets], [])
     for order, call in calls:
         try:
-            ray.get(call)
+            late_s = ray.get(call) / 1e9
             started.active.append(order.worker)
             started.by_target[order.target].append(order.worker)
+            if late_s > LATE_START_S:
+                started.late.append(f"worker {targets[order.target].config.name}.w{order.index} was ready "
+                                    f"{late_s:.2f} s after the step's shared start: its sends began late")
         except ray.exceptions.RayActorError as exc:   # died in an earlier step, restarts used up
             started.unavailable.append(
                 f"worker {targets[order.target].config.name}.w{order.index} unavailable "
@@ -219,8 +245,9 @@ def _wait_out(ctx: RunContext, step: PlannedStep, targets: list[Target], started
 def _step_reasons(ctx: RunContext, started: _Started, drain: Drain, lost: list[int],
                   interrupted: stop.Stopped | None, sink_incarnation: int) -> list[str]:
     """Why the step is incomplete (nothing when it ran in full)."""
-    reasons = started.unavailable + [f"worker {p.worker if p else '?'} died ({why}): {n} requests recorded as lost"
-                                     for (p, why), n in zip(drain.dead.values(), lost)]
+    reasons = started.unavailable + started.late + [
+        f"worker {p.worker if p else '?'} died ({why}): {n} requests recorded as lost"
+        for (p, why), n in zip(drain.dead.values(), lost)]
     if interrupted:
         reasons.append(f"run stopped ({interrupted}); requests in flight were cut")
     elif drain.budget:
