@@ -220,17 +220,23 @@ def _plan(args: argparse.Namespace) -> int:
 def _plan_parser(sub: Any) -> None:
     """`loadgen plan` (docs/planning.md)."""
     from loadgen.campaigns.plan_fleet import ROUTERS
-    p = sub.add_parser("plan", help="how many nodes of which configuration for N users at an SLO, from twins")
+    p = sub.add_parser("plan", help="how many nodes of which configuration for a demand at an SLO, from twins")
     p.add_argument("--twin", action="append", required=True, help="a twin file per configuration and node type "
                    "(repeatable; its name is the file's stem)")
-    p.add_argument("--users", type=int, required=True, help="the demand: concurrent users (closed loop)")
+    demand = p.add_mutually_exclusive_group(required=True)
+    demand.add_argument("--users", type=int, help="the demand: concurrent users (closed loop)")
+    demand.add_argument("--rate", type=float, help="the demand: requests/s arriving as a Poisson process (open loop)")
+    demand.add_argument("--trace", help="the demand: a trace's peak rate (its busiest --peak-window), open loop")
+    p.add_argument("--peak-window", type=float, default=60.0, help="--trace: the window its peak is read over, in "
+                   "the trace's seconds (default 60)")
+    p.add_argument("--speedup", type=float, default=1.0, help="--trace: replayed this many times faster (default 1)")
     p.add_argument("--slo", metavar="LINES", required=True, help="e.g. ttft_ms=2000,tpot_ms=80")
     p.add_argument("--config", help="an experiment whose [prompts] is the workload (default: the twins' own)")
     p.add_argument("--router", choices=ROUTERS, default=ROUTERS[0], help="how the user's router spreads requests "
                    "over the nodes (default least-outstanding)")
     p.add_argument("--max-nodes", type=int, default=64, help="the largest fleet to plan (default 64)")
-    p.add_argument("--search-max", type=int, default=256, help="the most users one node is searched at "
-                   "(default 256)")
+    p.add_argument("--search-max", type=int, default=256, help="the most users one node is searched at, or their "
+                   "request rate (default 256)")
     p.add_argument("--cost", action="append", metavar="[NAME:]PRICES", help="node_hour=2.1,energy_kwh=0.3 for "
                    "every configuration, or NAME:node_hour=3.9 for one (repeatable)")
     p.add_argument("--confirm", action="append", metavar="NAME=URL", help="measure one node of configuration NAME "

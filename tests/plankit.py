@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadgen.campaigns.plan import Configuration, fleet_for
-from loadgen.campaigns.plan_fleet import FleetLevel
+from loadgen.campaigns.plan_fleet import Demand, FleetLevel
 from loadgen.config.cost import Prices
 from loadgen.prompts.config import parse_prompts_config
 from loadgen.results.slo import Slo
@@ -33,15 +33,15 @@ def truth_configuration(name: str, seed: int, algorithm: str, folder: Path,
     return configuration(name, hidden_profile(seed, folder / name, algorithm).truth, prices)
 
 
-def truth_size(config: Configuration, users: int, slo: Slo, router: str, start: int,
+def truth_size(config: Configuration, demand: Demand, slo: Slo, router: str, start: int,
                max_nodes: int = 64) -> tuple[int, FleetLevel, FleetLevel | None]:
-    """The fewest nodes of `config` whose routed fleet meets `slo` at `users` (searched from `start`), its level and
-    the level with one node fewer (None at one node)."""
+    """The fewest nodes of `config` whose routed fleet meets `slo` at `demand` (searched from `start`), its level
+    and the level with one node fewer (None at one node)."""
     runs: dict[int, FleetLevel] = {}
 
     def level(k: int) -> FleetLevel:
         if k not in runs:
-            runs[k] = fleet_for([(config, k)], users, slo, router, PROMPTS["max_new_tokens"])
+            runs[k] = fleet_for([(config, k)], demand, slo, router, PROMPTS["max_new_tokens"])
         return runs[k]
 
     k = max(1, start)

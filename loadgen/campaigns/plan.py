@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from loadgen.campaigns.plan_fleet import FleetLevel, run_fleet
+from loadgen.campaigns.plan_fleet import Demand, FleetLevel, run_fleet
 from loadgen.config.cost import Prices
 from loadgen.emulator.simulate import SimPrompt
 from loadgen.errors import ConfigError
@@ -26,6 +26,7 @@ WARMUP_S = 5.0            # a planned level's window, as `loadgen twin predict -
 MEASURE_S = 30.0
 MIN_REQUESTS = 200        # at least this many requests in a level's window, and PER_USER per user:
 PER_USER = 4              # every user's requests over a few lifetimes, so a router's unevenness shows
+RATE_STEPS = 8            # a rate's capacity is searched in steps of one user's request rate / RATE_STEPS
 
 
 @dataclass(frozen=True)
@@ -42,16 +43,24 @@ class Configuration:
 
 @dataclass(frozen=True)
 class Capacity:
-    """Users one node serves at the SLO: the twin's point, and the interval its own error allows (low: the SLO's
-    lines tightened by the twin's leave-one-level-out error, high: loosened; docs/twin.md)."""
+    """The demand one node serves at the SLO (users, or requests/s): the twin's point, and the interval its own
+    error allows (low: the SLO's lines tightened by the twin's leave-one-level-out error, high: loosened;
+    docs/twin.md)."""
 
-    point: int
-    low: int
-    high: int
-    level: FleetLevel | None      # the node at `point` users (its power and tokens), None when point is 0
+    demand: Demand                # its kind, and the amount one node serves (the point)
+    low: float
+    high: float
+    level: FleetLevel | None      # the node at the point (its power and tokens), None when the point is 0
+
+    @property
+    def point(self) -> float:
+        return self.demand.amount
+
+    def interval(self) -> str:
+        return f"{self.demand.number()} ({self.demand.number(self.low)}-{self.demand.number(self.high)})"
 
     def describe(self) -> str:
-        return f"{self.point} users a node ({self.low}-{self.high})"
+        return f"{self.interval()} {self.demand.unit} a node"
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,7 @@ class Fleet:
     counts: dict[str, int]
     level: FleetLevel | None
     fewer: FleetLevel | None
-    naive: int | None             # ceil(users / capacity's low end): the plan without routing
+    naive: int | None             # ceil(demand / capacity's low end): the plan without routing
 
     @property
     def nodes(self) -> int:
@@ -83,7 +92,7 @@ class ConfigPlan:
 
 @dataclass(frozen=True)
 class Plan:
-    users: int
+    demand: Demand
     slo: Slo
     router: str
     max_nodes: int
@@ -113,7 +122,8 @@ def check_together(configs: Sequence[Configuration]) -> list[str]:
     return notes
 
 
-def protocol(users: int) -> Protocol:
+def protocol(demand: Demand) -> Protocol:
+    users = 0 if demand.rate else round(demand.amount)
     return Protocol(WARMUP_S, MEASURE_S, max(MIN_REQUESTS, PER_USER * users), 1e6)
 
 
@@ -138,49 +148,64 @@ def largest_passing(passes: Callable[[int], bool], top: int) -> int:
     return good
 
 
-def capacity(config: Configuration, slo: Slo, max_new_tokens: int, search_max: int) -> Capacity:
-    """One node's capacity at the SLO, and at the SLO's lines moved by the twin's error each way (seed.py's
+def capacity(config: Configuration, slo: Slo, max_new_tokens: int, search_max: int, rate: bool = False
+             ) -> Capacity:
+    """One node's capacity at the SLO, in users (or with `rate`, requests/s in steps of one user's rate /
+    RATE_STEPS, up to search_max users' worth), and at the SLO's lines moved by the twin's error each way (seed.py's
     interval); every level simulated once and judged against the three."""
     spread = twin_spread(config.twin)
     slos = [slo, scaled_slo(slo, spread, 1), scaled_slo(slo, spread, -1)]
+    unit, top = 1.0, search_max
+    if rate:
+        unit, top = one_user_rate(config, max_new_tokens) / RATE_STEPS, search_max * RATE_STEPS
     levels: dict[int, list[FleetLevel]] = {}
 
-    def judged(users: int) -> list[FleetLevel]:
-        if users not in levels:
-            levels[users] = run_fleet([(config.twin, config.prompts, 1.0)], users, max_new_tokens, "least-outstanding",
-                                      protocol(users), slos, seed_for(config.name))
-        return levels[users]
+    def judged(n: int) -> list[FleetLevel]:
+        if n not in levels:
+            demand = Demand(n * unit, rate)
+            levels[n] = run_fleet([(config.twin, config.prompts, 1.0)], demand, max_new_tokens, "least-outstanding",
+                                  protocol(demand), slos, seed_for(config.name))
+        return levels[n]
 
     def largest(k: int) -> int:
-        return largest_passing(lambda users: judged(users)[k].passed, search_max)
+        return largest_passing(lambda n: judged(n)[k].passed, top)
 
     point, low, high = largest(0), largest(1), largest(2)
-    return Capacity(point, min(low, point), max(high, point), judged(point)[0] if point else None)
+    return Capacity(Demand(point * unit, rate), min(low, point) * unit, max(high, point) * unit,
+                    judged(point)[0] if point else None)
 
 
-def fleet_for(configs: Sequence[tuple[Configuration, int]], users: int, slo: Slo, router: str,
+def one_user_rate(config: Configuration, max_new_tokens: int) -> float:
+    """Requests/s one closed-loop user sends to one node of `config` (its twin's): the unit of a rate's search."""
+    one = Demand(1)
+    [level] = run_fleet([(config.twin, config.prompts, 1.0)], one, max_new_tokens, "least-outstanding",
+                        protocol(one), [Slo()], seed_for(config.name))
+    return level.requests / (level.window_s / config.twin.time_scale)
+
+
+def fleet_for(configs: Sequence[tuple[Configuration, int]], demand: Demand, slo: Slo, router: str,
               max_new_tokens: int, weights: Sequence[float] = ()) -> FleetLevel:
-    """`users` routed over the nodes of `configs` (each configuration and its count; each configuration's weight
+    """`demand` routed over the nodes of `configs` (each configuration and its count; each configuration's weight
     for the weighted router, 1 when not given), judged against `slo`."""
     nodes = [(c.twin, c.prompts, weights[i] if weights else 1.0) for i, (c, n) in enumerate(configs) for _ in range(n)]
     seed = seed_for("+".join(f"{c.name}x{n}" for c, n in configs))
-    [level] = run_fleet(nodes, users, max_new_tokens, router, protocol(users), [slo], seed)
+    [level] = run_fleet(nodes, demand, max_new_tokens, router, protocol(demand), [slo], seed)
     return level
 
 
-def size(config: Configuration, cap: Capacity, users: int, slo: Slo, router: str, max_nodes: int,
+def size(config: Configuration, cap: Capacity, demand: Demand, slo: Slo, router: str, max_nodes: int,
          max_new_tokens: int) -> Fleet:
     """The fewest nodes whose routed fleet meets the SLO's low-end lines (the lines tightened by the twin's error:
-    the fleet is sized by the interval's low end), starting from ceil(users / capacity's low end)."""
+    the fleet is sized by the interval's low end), starting from ceil(demand / capacity's low end)."""
     tight = scaled_slo(slo, twin_spread(config.twin), 1)
-    naive = math.ceil(users / cap.low) if cap.low else None
+    naive = math.ceil(demand.amount / cap.low - 1e-9) if cap.low else None
     if naive is None or naive > max_nodes:
         return Fleet({config.name: 0}, None, None, naive)
     runs: dict[int, FleetLevel] = {}
 
     def routed(k: int) -> FleetLevel:
         if k not in runs:
-            runs[k] = fleet_for([(config, k)], users, tight, router, max_new_tokens)
+            runs[k] = fleet_for([(config, k)], demand, tight, router, max_new_tokens)
         return runs[k]
 
     k = naive
@@ -210,36 +235,42 @@ def fleet_cost(groups: Sequence[tuple[Configuration, int]], level: FleetLevel) -
     return per_m, per_m * level.tokens / level.window_s * 3600 / 1e6
 
 
-def make_plan(configs: Sequence[Configuration], users: int, slo: Slo, router: str, max_nodes: int,
+def make_plan(configs: Sequence[Configuration], demand: Demand, slo: Slo, router: str, max_nodes: int,
               max_new_tokens: int, search_max: int, log: Callable[[str], None] = lambda _: None) -> Plan:
-    """The plan for `users` concurrent users at `slo` over `configs`; ConfigError when no configuration can serve
-    one user at the SLO, or the demand is beyond --max-nodes of every configuration."""
+    """The plan for `demand` at `slo` over `configs`; ConfigError when no configuration can serve one user (or
+    the least rate searched) at the SLO, or the demand is beyond --max-nodes of every configuration."""
     notes = check_together(configs)
     caps = []
     for c in configs:
-        caps.append(capacity(c, slo, max_new_tokens, search_max))
+        caps.append(capacity(c, slo, max_new_tokens, search_max, demand.rate))
         log(f"{c.name}: {caps[-1].describe()} at the SLO (the twin's error: "
             f"TTFT {100 * twin_spread(c.twin)[0]:.0f}%, TPOT {100 * twin_spread(c.twin)[1]:.0f}%)")
     if all(cap.point == 0 for cap in caps):
-        raise ConfigError("--slo", f"{slo.describe()} is below one user on every configuration "
-                          f"({', '.join(c.name for c in configs)}: one user alone misses it)",
+        least = "one user" if not demand.rate else f"1/{RATE_STEPS} of one user's request rate"
+        raise ConfigError("--slo", f"{slo.describe()} is below {least} on every configuration "
+                          f"({', '.join(c.name for c in configs)}: {least} alone misses it)",
                           "loosen the SLO, or plan other configurations")
     most = max(zip(configs, caps), key=lambda p: p[1].low)
-    if users > max_nodes * most[1].low:
-        raise ConfigError("--users", f"{users} users are beyond --max-nodes {max_nodes} of every configuration (at "
-                          f"most {max_nodes} x {most[1].low} = {max_nodes * most[1].low} users, {most[0].name} at "
-                          "its capacity's low end)", "raise --max-nodes, or plan a smaller demand")
+    if demand.amount > max_nodes * most[1].low:
+        raise ConfigError(_flag(demand), f"{demand.words()} are beyond --max-nodes {max_nodes} of every "
+                          f"configuration (at most {max_nodes} x {demand.number(most[1].low)} = "
+                          f"{demand.number(max_nodes * most[1].low)} {demand.unit}, {most[0].name} at its "
+                          "capacity's low end)", "raise --max-nodes, or plan a smaller demand")
     plans = []
     for c, cap in zip(configs, caps):
-        fleet = size(c, cap, users, slo, router, max_nodes, max_new_tokens)
+        fleet = size(c, cap, demand, slo, router, max_nodes, max_new_tokens)
         per_m, per_hour = fleet_cost([(c, fleet.nodes)], fleet.level) if fleet.level else (None, None)
         plans.append(ConfigPlan(c, cap, fleet, per_m, per_hour))
         log(f"{c.name}: {fleet.nodes or 'no fleet within --max-nodes'} nodes routed {router} "
-            f"(ceil(users / low end) = {fleet.naive})")
+            f"(ceil(demand / low end) = {fleet.naive})")
     sized = [p for p in plans if p.fleet.level is not None]
     best = min(sized, key=_rank) if sized else None
-    mix = _cheaper_mix(configs, caps, best, users, slo, router, max_nodes, max_new_tokens) if best else None
-    return Plan(users, slo, router, max_nodes, plans, best, mix, notes)
+    mix = _cheaper_mix(configs, caps, best, demand, slo, router, max_nodes, max_new_tokens) if best else None
+    return Plan(demand, slo, router, max_nodes, plans, best, mix, notes)
+
+
+def _flag(demand: Demand) -> str:
+    return "--rate" if demand.rate else "--users"
 
 
 def _rank(p: ConfigPlan) -> tuple[float, float]:
@@ -258,8 +289,8 @@ def _hourly(config: Configuration, cap: Capacity) -> float:
     return config.prices.node_hour + watts / 1000 * config.prices.energy_kwh
 
 
-def _cheaper_mix(configs: Sequence[Configuration], caps: Sequence[Capacity], best: ConfigPlan, users: int, slo: Slo,
-                 router: str, max_nodes: int, max_new_tokens: int) -> tuple[Fleet, float] | None:
+def _cheaper_mix(configs: Sequence[Configuration], caps: Sequence[Capacity], best: ConfigPlan, demand: Demand,
+                 slo: Slo, router: str, max_nodes: int, max_new_tokens: int) -> tuple[Fleet, float] | None:
     """The cheapest two-configuration fleet whose capacities' low ends hold the demand, when it is cheaper than the
     best single configuration's; confirmed routed (the SLO's lines tightened by the larger of the two twins'
     errors), else None."""
@@ -268,15 +299,15 @@ def _cheaper_mix(configs: Sequence[Configuration], caps: Sequence[Capacity], bes
     for (a, ca), (b, cb) in itertools.combinations(zip(configs, caps), 2):
         for x in range(1, max_nodes):
             for y in range(1, max_nodes - x + 1):
-                if x * ca.low + y * cb.low >= users:
+                if x * ca.low + y * cb.low >= demand.amount:
                     options.append((x * _hourly(a, ca) + y * _hourly(b, cb), ((a, x), (b, y)),
-                                    (float(max(1, ca.low)), float(max(1, cb.low)))))
+                                    (max(1e-9, ca.low), max(1e-9, cb.low))))
                     break   # more of b costs more
     for estimate, groups, weights in sorted(options, key=lambda o: o[0]):
         if estimate >= best_cost:
             return None
         spread = max(twin_spread(c.twin) for c, _ in groups)
-        level = fleet_for(groups, users, scaled_slo(slo, spread, 1), router, max_new_tokens, weights)
+        level = fleet_for(groups, demand, scaled_slo(slo, spread, 1), router, max_new_tokens, weights)
         if not level.passed:
             continue
         per_m, per_hour = fleet_cost(groups, level)

@@ -1,7 +1,8 @@
 """`loadgen plan --confirm NAME=URL`: one real node per configuration measured at the plan's load per node and one
-user above it, judged by the run's own SLO verdicts (views.sql level_slo), beside the twin's prediction of the same
-levels (a predicted run of the same target name in the same folder, so `loadgen query twin_error` keeps the plan's
-error as it keeps a twin's). The plan holds for a configuration when its node met the SLO at its planned load.
+level above it (a user more; a rate 25% higher, open loop), judged by the run's own SLO verdicts (views.sql
+level_slo), beside the twin's prediction of the same levels (a predicted run of the same target name in the same
+folder, so `loadgen query twin_error` keeps the plan's error as it keeps a twin's). The plan holds for a
+configuration when its node met the SLO at its planned load.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.campaigns.plan import ConfigPlan, Plan
+from loadgen.campaigns.plan_fleet import Demand
 from loadgen.config import parse_experiment
 from loadgen.driver import reach
 from loadgen.driver.runner import run_experiment
@@ -21,6 +23,7 @@ from loadgen.twin.commands import error_lines
 from loadgen.twin.model import Twin
 from loadgen.twin.predict import run_predicted
 
+RATE_ABOVE = 1.25     # a rate plan's level above is this much more
 DRIFT_FLOOR = 0.20    # a node is named off its twin beyond this at the least: a level's tok/s is one draw of it
                       # (a healthy emulated node measured 12% off its twin at one level on a busy 2-core machine)
 
@@ -28,25 +31,28 @@ DRIFT_FLOOR = 0.20    # a node is named off its twin beyond this at the least: a
 @dataclass(frozen=True)
 class Confirmation:
     name: str
-    load: int                      # users per node the plan puts on one node: ceil(users / nodes)
-    passed: dict[int, bool]        # measured level -> met the SLO
+    load: Demand                   # what the plan puts on one node: ceil(users / nodes) users, or rate / nodes
+    above: float                   # the level measured above it
+    passed: dict[float, bool]      # measured level -> met the SLO
     measured_run: str
-    predicted_run: str
+    predicted_run: str | None      # None: a rate plan (no prediction of open-loop levels)
     errors: list[str]              # twin_error's lines: the prediction against the measurement at these levels
     drift: str | None = None       # the node served off its own twin by more than the twin's band (else None)
 
     @property
     def holds(self) -> bool:
-        return self.passed.get(self.load, False)
+        return _at(self.passed, self.load.amount) or False
 
     def words(self) -> str:
-        above = self.passed.get(self.load + 1)
-        head = (f"{self.name}: the plan holds: one node met the SLO at its planned {self.load} users"
+        above = _at(self.passed, self.above)
+        planned = f"{self.load.number()} {self.load.unit}"
+        head = (f"{self.name}: the plan holds: one node met the SLO at its planned {planned}"
                 if self.holds else f"{self.name}: the plan does NOT hold: one node missed the SLO at its planned "
-                f"{self.load} users; plan more nodes, or refit its twin (`loadgen twin fit`) from run "
+                f"{planned}; plan more nodes, or refit its twin (`loadgen twin fit`) from run "
                 f"{self.measured_run}")
         if above is not None:
-            head += f"; at {self.load + 1} it {'met it too (headroom)' if above else 'missed it (no headroom)'}"
+            head += (f"; at {self.load.number(self.above)} it "
+                     f"{'met it too (headroom)' if above else 'missed it (no headroom)'}")
         return head + (f"\n  DRIFT: {self.drift}" if self.drift else "")
 
 
@@ -68,28 +74,43 @@ def confirm(plan: Plan, urls: dict[str, str], experiment: dict[str, Any], result
 def _confirm_one(plan: Plan, p: ConfigPlan, url: str, experiment: dict[str, Any], results: Path,
                  log: Callable[[str], None]) -> Confirmation:
     name = p.config.name
-    load = math.ceil(plan.users / p.fleet.nodes)
-    levels = [load, load + 1]
+    demand = plan.demand
+    if demand.rate:
+        load = Demand(round(demand.amount / p.fleet.nodes, 3), rate=True)
+        levels: dict[str, Any] = {"mode": "open", "rates": [load.amount, round(RATE_ABOVE * load.amount, 3)]}
+    else:
+        load = Demand(math.ceil(demand.amount / p.fleet.nodes))
+        levels = {"concurrency": [int(load.amount), int(load.amount) + 1]}
+    above = float((levels.get("rates") or levels["concurrency"])[1])
     window = {k: v for k, v in experiment.get("load", {}).items()
               if k in ("warmup_s", "measure_s", "min_measured_requests", "drain_timeout_s", "max_measure_s")}
-    base = {"load": {**window, "concurrency": levels}, "prompts": experiment.get("prompts", {}),
+    base = {"load": {**window, **levels}, "prompts": experiment.get("prompts", {}),
             "slo": {k: v for k, v in vars(plan.slo).items() if v is not None}}
     exp = parse_experiment({**base, "run": {"name": f"plan-confirm-{name}"},
                             "targets": [{"name": name, "url": url}]}, Path("."), "--confirm")
     reach.check_targets(exp)
-    log(f"{name}: measuring one node at {load} users (the plan's load per node) and {load + 1} at {url}")
+    log(f"{name}: measuring one node at {load.number()} {load.unit} (the plan's load per node) and "
+        f"{load.number(above)} at {url}")
     result = run_experiment(exp, str(results), log=lambda line: log(f"  {line}"))
-    twin_file = p.config.twin_file
-    predicted = run_predicted(parse_experiment({**base, "run": {"name": f"plan-predicted-{name}"},
-                                                "targets": [{"name": name, "twin": {"profile": twin_file}}]},
-                                               Path("."), "--confirm"), results, log=lambda _: None)
     verdicts = analysis.level_verdicts(results, result.run_id, [name])[name]
+    passed = {float(level): v.passed for level, v in verdicts.items()}
+    if demand.rate:   # twin predict runs closed-loop levels only: nothing to set beside an open-loop measurement
+        return Confirmation(name, load, above, passed, result.run_id, None,
+                            ["no twin_error: a twin predicts closed-loop levels only"])
+    predicted = run_predicted(parse_experiment({**base, "run": {"name": f"plan-predicted-{name}"},
+                                                "targets": [{"name": name, "twin": {"profile": p.config.twin_file}}]},
+                                               Path("."), "--confirm"), results, log=lambda _: None)
     con = analysis.open_results(results)
     errors = error_lines(con, predicted, result.run_id)
     rows = analysis.run_query(con, "twin_error", {"predicted_run": predicted, "measured_run": result.run_id})
     con.close()
-    return Confirmation(name, load, {int(level): v.passed for level, v in verdicts.items()}, result.run_id,
-                        predicted, errors, drift(name, url, p.config.twin, rows.to_pylist()))
+    return Confirmation(name, load, above, passed, result.run_id, predicted, errors,
+                        drift(name, url, p.config.twin, rows.to_pylist()))
+
+
+def _at(passed: dict[float, bool], level: float) -> bool | None:
+    """The verdict at `level` (a rate as the run recorded it: to a part in a thousand)."""
+    return next((v for k, v in passed.items() if abs(k - level) <= 1e-3 * max(1.0, level)), None)
 
 
 def drift(name: str, url: str, twin: Twin, rows: list[dict]) -> str | None:

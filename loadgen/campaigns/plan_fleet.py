@@ -1,7 +1,9 @@
-"""N closed-loop users over k twin nodes, routed as the user's router routes them, in the twins' virtual time.
+"""A demand over k twin nodes, routed as the user's router routes it, in the twins' virtual time: N closed-loop
+users, or requests arriving at a rate (open loop).
 
 Each node is its twin's engine (the emulator's scheduler and cost model on the twin's numbers, loadgen/twin/); a
-user sends a request, waits for its last token and sends the next at once, as a closed-loop worker does. The router
+user sends a request, waits for its last token and sends the next at once, as a closed-loop worker does; requests
+at a rate arrive as a Poisson process (seeded) whatever the fleet holds, as an open-loop worker sends them. The router
 picks a node per request: `round-robin` (the n-th request to node n mod k, whatever the nodes hold) or
 `least-outstanding` (the node with the fewest requests in flight, ties in turn) or `weighted` (the fewest in flight
 per unit of the node's weight, its planned capacity: what a mixed fleet of fast and slow nodes needs, since
@@ -18,7 +20,7 @@ between forwards; joules over the window, in the modelled hardware's time (virtu
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,11 +37,32 @@ ROUTERS = ("least-outstanding", "round-robin", "weighted")
 
 
 @dataclass(frozen=True)
+class Demand:
+    """What a fleet must serve: `amount` concurrent users (closed loop), or with `rate`, `amount` requests/s
+    arriving whatever the fleet holds (open loop: a request rate, or a trace's peak)."""
+
+    amount: float
+    rate: bool = False
+
+    @property
+    def unit(self) -> str:
+        return "req/s" if self.rate else "users"
+
+    def number(self, amount: float | None = None) -> str:
+        """An amount of this demand's kind: users whole, a rate to three figures."""
+        value = self.amount if amount is None else amount
+        return f"{value:.3g}" if self.rate else f"{value:.0f}"
+
+    def words(self) -> str:
+        return f"{self.number()} requests/s" if self.rate else f"{self.number()} concurrent users"
+
+
+@dataclass(frozen=True)
 class FleetLevel:
     """One routed level of a fleet: its figures over the window, and its verdict against one SLO."""
 
     nodes: int
-    users: int
+    demand: float              # users, or requests/s (Demand.amount)
     requests: int              # requests sent in the window that finished
     tok_s: float               # the fleet's output tokens per virtual second, inside the window
     ttft_p90_ms: float
@@ -75,11 +98,11 @@ class _Node:
     busy_j: float = 0.0        # joules above idle of the forwards inside the window (modelled)
 
 
-def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt], float]], users: int, max_new_tokens: int, router: str,
-              protocol: Protocol, slos: Sequence[Slo], seed: int) -> list[FleetLevel]:
-    """`users` closed-loop users over `nodes` (each a twin, its prompts as that twin counts them, and its weight for
-    the weighted router), routed by `router`, judged against each SLO of `slos` (one simulation, several verdicts:
-    a capacity and its interval)."""
+def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt], float]], demand: Demand, max_new_tokens: int,
+              router: str, protocol: Protocol, slos: Sequence[Slo], seed: int) -> list[FleetLevel]:
+    """`demand` over `nodes` (each a twin, its prompts as that twin counts them, and its weight for the weighted
+    router), routed by `router`, judged against each SLO of `slos` (one simulation, several verdicts: a capacity
+    and its interval)."""
     if router not in ROUTERS:
         raise ValueError(f"router {router!r} is not one of {ROUTERS}")
     fleet = []
@@ -88,13 +111,15 @@ def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt], float]], users: i
         engine.text = False   # no output text: nothing reads it here
         gpu = GpuModel(twin.hardware, twin.time_scale) if twin.hardware.max_power_w > 0 else None
         fleet.append(_Node(twin, prompts, weight if router == "weighted" else 1.0, engine, gpu))
+    users = 0 if demand.rate else round(demand.amount)
     window = protocol.window(users)
     t, turn, in_window = 0.0, 0, 0
     measure_end: float | None = None
     sent: list[tuple[SimRequest, int]] = []   # every request and its node
     live: dict[str, tuple[SimRequest, int]] = {}
-    starts = [u * window.measure_start / users for u in range(users)]
-    next_user = 0
+    arrivals = (_poisson(demand.amount, seed) if demand.rate else
+                iter([u * window.measure_start / users for u in range(users)]))
+    t_arrival, next_user = next(arrivals, math.inf), 0
 
     def route() -> int:
         nonlocal turn
@@ -136,14 +161,13 @@ def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt], float]], users: i
             node.busy_j += extra_w * max(0.0, hi - lo) * node.twin.time_scale
 
     while True:
-        t_user = starts[next_user] if next_user < users else math.inf
         i = min(range(len(fleet)), key=lambda j: fleet[j].until)
-        if t_user == math.inf and fleet[i].until == math.inf:
+        if t_arrival == math.inf and fleet[i].until == math.inf:
             raise RuntimeError("fleet stalled: nothing runnable")
-        if t_user <= fleet[i].until:
-            t = t_user
+        if t_arrival <= fleet[i].until:
+            t = t_arrival
             start(send(next_user))
-            next_user += 1
+            t_arrival, next_user = next(arrivals, math.inf), next_user + 1
             continue
         node = fleet[i]
         t = node.until
@@ -168,7 +192,7 @@ def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt], float]], users: i
                 finished.append(rec.slot)
         node.engine.ledger.clear()
         start(i)                     # the next forward starts before the replacements land, as over HTTP
-        for user in finished:
+        for user in finished if not demand.rate else ():   # a closed-loop user sends its next request at once
             start(send(user))
         if measure_end is None and (t >= window.max_end or (t >= window.min_end and in_window >= window.min_measured)):
             measure_end = t
@@ -176,10 +200,19 @@ def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt], float]], users: i
                 r.done is not None for r, _ in sent if window.measure_start <= r.sent < measure_end)):
             break
     assert measure_end is not None
-    return [_judge(fleet, sent, window.measure_start, measure_end, users, slo) for slo in slos]
+    return [_judge(fleet, sent, window.measure_start, measure_end, demand.amount, slo) for slo in slos]
 
 
-def _judge(fleet: list[_Node], sent: list[tuple[SimRequest, int]], t0: float, t1: float, users: int,
+def _poisson(rate: float, seed: int) -> Iterator[float]:
+    """Arrival instants of a Poisson process at `rate` per second, from 0."""
+    rng = np.random.default_rng(seed)
+    t = 0.0
+    while True:
+        t += float(rng.exponential(1 / rate))
+        yield t
+
+
+def _judge(fleet: list[_Node], sent: list[tuple[SimRequest, int]], t0: float, t1: float, demand: float,
            slo: Slo) -> FleetLevel:
     """views.sql's figures over the window [t0, t1): tokens of frames inside it; latencies of the requests sent
     inside it; each request meets the SLO when every line holds."""
@@ -198,7 +231,7 @@ def _judge(fleet: list[_Node], sent: list[tuple[SimRequest, int]], t0: float, t1
     energy = tuple(None if n.gpu is None else n.twin.hardware.idle_power_w * window * n.twin.time_scale + n.busy_j
                    for n in fleet)
     return FleetLevel(
-        nodes=len(fleet), users=users, requests=len(done), tok_s=tokens / window if window > 0 else 0.0,
+        nodes=len(fleet), demand=demand, requests=len(done), tok_s=tokens / window if window > 0 else 0.0,
         ttft_p90_ms=1e3 * float(np.quantile(ttft, 0.9)) if len(done) else math.inf,
         tpot_p50_ms=1e3 * float(np.quantile(tpot, 0.5)) if len(done) else math.inf,
         attainment=attainment, passed=bool(done) and attainment >= slo.attainment, node_energy_j=energy,

@@ -60,6 +60,19 @@ class Trace:
         """Seconds from the first row to the last (at the trace's own pace)."""
         return self.rows[-1].t_s if self.rows else 0.0
 
+    def peak_rate(self, window_s: float) -> float:
+        """The most rows that arrive within any `window_s` of the trace's time, per second (the whole trace's rate
+        when it is shorter than the window)."""
+        times = [r.t_s for r in self.rows]
+        if self.span_s <= window_s:
+            return len(times) / max(self.span_s, 1e-9) if len(times) > 1 else 0.0
+        most, first = 0, 0
+        for last, t in enumerate(times):
+            while times[first] <= t - window_s:
+                first += 1
+            most = max(most, last - first + 1)
+        return most / window_s
+
     def reusable_tokens(self) -> list[int]:
         """Per row, the tokens of its prompt that a large enough prefix cache holds from earlier rows: its leading
         hash ids seen in an earlier row, x BLOCK_TOKENS (at most its input length; 0 for a row without ids)."""

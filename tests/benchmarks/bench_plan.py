@@ -1,6 +1,6 @@
 """Fleet plans against the truth (docs/planning.md), two tables:
 
-    python tests/benchmarks/bench_plan.py [--users 60 150 300] [--routers least-outstanding round-robin]
+    python tests/benchmarks/bench_plan.py [--users 60 150 300] [--rates 10 30] [--routers least-outstanding round-robin]
 
 Three emulated node types, each a hidden hardware and acceptance profile (tests/twinkit.py, seeds 3, 4, 5; the first
 about half as fast as the last), measured over HTTP at C = 1, 4, 16 and fitted. For every demand and router:
@@ -30,6 +30,7 @@ import ray  # noqa: E402
 
 from loadgen.campaigns.plan import capacity, make_plan  # noqa: E402
 from loadgen.campaigns.plan_command import plan_text  # noqa: E402
+from loadgen.campaigns.plan_fleet import Demand  # noqa: E402
 from loadgen.emulator.launch import EmulatorProcess  # noqa: E402
 from loadgen.results.slo import Slo  # noqa: E402
 from plankit import PROMPTS, fitted_configuration, truth_configuration, truth_size  # noqa: E402
@@ -43,6 +44,7 @@ TOKENS = PROMPTS["max_new_tokens"]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, nargs="+", default=[60, 150, 300])
+    parser.add_argument("--rates", type=float, nargs="+", default=[10.0, 30.0], help="requests/s (open loop)")
     parser.add_argument("--routers", nargs="+", default=["least-outstanding", "round-robin"])
     parser.add_argument("--max-nodes", type=int, default=64)
     args = parser.parse_args()
@@ -63,22 +65,22 @@ def main() -> None:
             fitted.append(fitted_configuration(name, hidden, emu.url, folder / name))
         truth[name] = truth_configuration(name, seed, algorithm, folder / "truth")
     ray.shutdown()
-    truth_cap = {n: capacity(c, SLO, TOKENS, 256).point for n, c in truth.items()}
+    demands = [Demand(u) for u in args.users] + [Demand(r, rate=True) for r in args.rates]
+    truth_cap = {(n, rate): capacity(c, SLO, TOKENS, 256, rate).point for n, c in truth.items() for rate in (0, 1)}
     plan_rows, naive_rows = [], []
     for router in args.routers:
-        for users in args.users:
-            plan = make_plan(fitted, users, SLO, router, args.max_nodes, TOKENS, 256)
+        for demand in demands:
+            plan = make_plan(fitted, demand, SLO, router, args.max_nodes, TOKENS, 256)
+            n = f"{demand.number()} {demand.unit}"
             for p in plan.configs:
-                name = p.config.name
-                k, level, fewer = truth_size(truth[name], users, SLO, router, p.fleet.nodes or 1, args.max_nodes)
-                plan_rows.append((name, users, router, f"{p.capacity.point} ({p.capacity.low}-{p.capacity.high})",
-                                  truth_cap[name], p.fleet.naive, p.fleet.nodes, k, p.fleet.nodes - k,
-                                  f"{100 * level.attainment:.1f}%",
+                name, cap = p.config.name, truth_cap[(p.config.name, demand.rate)]
+                k, level, fewer = truth_size(truth[name], demand, SLO, router, p.fleet.nodes or 1, args.max_nodes)
+                plan_rows.append((name, n, router, p.capacity.interval(), demand.number(cap), p.fleet.naive,
+                                  p.fleet.nodes, k, p.fleet.nodes - k, f"{100 * level.attainment:.1f}%",
                                   f"{100 * fewer.attainment:.1f}%" if fewer else "-"))
-                naive = math.ceil(users / truth_cap[name])
-                naive_rows.append((name, users, router, truth_cap[name], naive, k,
-                                   "wrong" if naive != k else "right"))
-            print(f"\n{router}, {users} users:\n" + "\n".join(plan_text(plan).splitlines()[1:]), flush=True)
+                naive = math.ceil(demand.amount / cap - 1e-9)
+                naive_rows.append((name, n, router, demand.number(cap), naive, k, "wrong" if naive != k else "right"))
+            print(f"\n{router}, {n}:\n" + "\n".join(plan_text(plan).splitlines()[1:]), flush=True)
     print(f"\nSLO: {SLO.describe()}; truth: the hidden profiles in virtual time, routed the same way")
     _table(("node type", "N", "router", "twin capacity (interval)", "truth capacity", "ceil(N/low)", "planned",
             "truth", "planned - truth", "truth at truth", "truth one fewer"), plan_rows)

@@ -17,6 +17,7 @@ import tomli_w
 
 from loadgen.campaigns.plan import make_plan
 from loadgen.campaigns.plan_command import plan_text
+from loadgen.campaigns.plan_fleet import Demand
 from loadgen.cli import main
 from loadgen.results.slo import Slo
 from plankit import PROMPTS, fitted_configuration, truth_configuration, truth_size
@@ -44,11 +45,11 @@ def fleet(ray_local, emulator_factory, tmp_path_factory):
                                           (60, "round-robin")])
 def test_plan_is_within_one_node_of_the_truth(fleet, users, router):
     fitted, truth = fleet
-    plan = make_plan(fitted, users, SLO, router, 40, PROMPTS["max_new_tokens"], 128)
+    plan = make_plan(fitted, Demand(users), SLO, router, 40, PROMPTS["max_new_tokens"], 128)
     print(plan_text(plan))
     for p in plan.configs:
         assert p.fleet.level is not None, f"{p.config.name}: no fleet planned"
-        k, level, fewer = truth_size(truth[p.config.name], users, SLO, router, p.fleet.nodes)
+        k, level, fewer = truth_size(truth[p.config.name], Demand(users), SLO, router, p.fleet.nodes)
         print(f"{p.config.name}: planned {p.fleet.nodes}, truth {k} ({level.ttft_p90_ms:.0f} ms TTFT p90; one "
               f"fewer: {100 * fewer.attainment if fewer else 100:.0f}% within)")
         assert fewer is None or not fewer.passed
