@@ -1,25 +1,26 @@
-"""The worker's calls to its server outside the load: preflight (the server's identity, its info, the request
-options of an OpenAI-compatible server, what llama.cpp drafts), calibration, the cache flush, the prompts'
-fetch, the control session. A mix-in of LoadWorker (a Ray actor is one class), which sets the attributes
-declared here."""
+"""A worker's calls to its server outside the load: preflight (the server's identity, its info, the request
+options of an OpenAI-compatible server, what llama.cpp drafts), calibration, the cache flush, the server's figures
+sampled beside a step, over their own control session. What preflight learns (flavor, adapter, options, identity)
+is read by the worker's requests."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 
 import aiohttp
-import ray
 
 from loadgen.client import calibrate, drafting
 from loadgen.client.http_stream import Endpoint, ReadLoop, stream_request
+from loadgen.client.messages import StepSpec
 from loadgen.client.protocol import adapter_for
 from loadgen.client.protocol.base import Adapter, FrameBuffer, SamplingSpec, StreamState
 from loadgen.client.protocol.openai import OpenAIOptions
 from loadgen.clock import now_ns
 from loadgen.config import TargetConfig
-from loadgen.errors import TargetError
+from loadgen.errors import LoadgenError, TargetError
 from loadgen.prompts import Prompt
 from loadgen.servers import probe, serverid
 
@@ -29,22 +30,26 @@ _CONTROL_PROMPT = Prompt("preflight-extra-body", "prose", "preflight", text="Say
 
 
 class ServerControl:
-    """The control calls of a LoadWorker, run where the server is reachable."""
+    """One target's server as a worker talks to it outside the load, and what it learnt of it."""
 
-    target: TargetConfig
-    url: str
-    api_key: str | None
-    key_problem: str | None
-    flavor: str | None
-    adapter: Adapter | None
-    options: OpenAIOptions | None
-    identity: dict | None
-    endpoint: Endpoint
-    reads: ReadLoop
-    session: aiohttp.ClientSession | None
-    prompt_source: tuple[str, int]
-    sampling: SamplingSpec
-    prompts: list[Prompt]
+    def __init__(self, target: TargetConfig, url: str, sampling: SamplingSpec, reads: ReadLoop) -> None:
+        self.target = target
+        self.url = url
+        self.sampling = sampling
+        self.api_key, self.key_problem = read_api_key(target)
+        self.endpoint = Endpoint(url, self.api_key)   # the load's connections too: probes go where requests go
+        self.reads = reads
+        # flavor "auto": the adapter is chosen by preflight/configure, from the server's identity
+        self.flavor: str | None = None if target.flavor == "auto" else target.flavor
+        self.adapter: Adapter | None = adapter_for(target.flavor) if self.flavor else None
+        self.options: OpenAIOptions | None = None  # openai-*: set by preflight/configure before any load
+        self.identity: dict | None = None  # loadgen.servers.serverid's answer (first worker of a target: preflight)
+        self.session: aiohttp.ClientSession | None = None
+
+    @property
+    def configured(self) -> bool:
+        """Preflight or the driver's configure() has run (a restarted actor's control has not)."""
+        return self.flavor is not None and (self.options is not None or self.flavor == "sglang")
 
     async def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
@@ -142,12 +147,6 @@ class ServerControl:
         assert self.adapter is not None   # chosen by preflight
         return await calibrate.server_counts(self.endpoint, self.adapter, self.reads, prompts, timeout_s)
 
-    async def fetch_prompts(self) -> None:
-        """Fetch this worker's prompt shard. Done before the first step: fetched at a step's start, a shard took
-        up to 2 s on a loaded machine, and the step's first arrivals (a trace's first rows) were sent that late."""
-        pool, shard = self.prompt_source
-        self.prompts = await ray.get_actor(pool).shard.remote(shard)
-
     async def flush_cache(self) -> None:
         if self.options is not None and not self.options.sglang:
             return  # an OpenAI server other than SGLang has no /flush_cache
@@ -159,8 +158,24 @@ class ServerControl:
             await self.session.close()
             self.session = None
 
-    def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
+    async def server_rows(self, step: StepSpec) -> list[dict]:
+        """The server's figures now, as server_samples rows: its /metrics (unless preflight found none) and, from
+        SGLang, its running figures (acceptance, throughput)."""
+        session, t = await self._session(), now_ns()
+        ident = self.identity or {}
+        routes = ident.get("routes") or {}
+        # Routes that preflight found missing are not polled (a 404 every second fills the server's log).
+        samples = (await probe.metrics_samples(session, self.url, self.api_key)
+                   if routes.get("/metrics", 200) == 200 else [])
+        if not ident or ident.get("server") == serverid.SGLANG:
+            try:
+                info = await probe.server_info(session, self.url, self.api_key, within_s=1.0)
+                samples += [(n, v, dict(labels, when="during")) for n, v, labels in probe.server_info_samples(info)]
+            except LoadgenError:
+                pass  # a busy server that misses one sample is not a failure of the step
+        return [{"run_id": step.run_id, "step_id": step.step_of(t), "target": self.target.name,
+                 "node": self.target.node, "t_ns": t, "name": name, "value": value,
+                 "labels": json.dumps(labels, sort_keys=True)} for name, value, labels in samples]
 
 
 def identity_info(ident: serverid.ServerId, flavor: str) -> dict:

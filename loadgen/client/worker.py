@@ -7,9 +7,10 @@ cap, through the drain too; the measured requests are those planned inside the w
 as Arrow batches ten times a second (loadgen.client.shipping); a watchdog cuts stalled streams; a sampler records the
 worker's own event-loop lag, CPU and in-flight count (`client_samples`), the proof that the client kept up.
 
-The worker is one Ray actor in three parts: its control calls to the server (preflight, calibration, the
-cache flush: client/preflight.py), a step's background tasks (watchdog, sampler: client/watch.py), and here the
-step itself: its slots or arrivals, each request, the window's end, progress, the stop.
+The worker holds two helpers: its server's control (preflight, calibration, the cache flush, the server's
+figures: client/preflight.py, whose calls the actor passes on) and a step's background tasks (watchdog, sampler:
+client/watch.py); here is the step itself: its slots or arrivals, each request, the window's end, progress, the
+stop.
 """
 
 from __future__ import annotations
@@ -22,22 +23,19 @@ from collections.abc import Iterator
 from functools import partial
 from typing import cast
 
-import aiohttp
-import psutil
 import ray
 
 from loadgen.client import arrivals, ramps, sessions
-from loadgen.client.http_stream import Endpoint, ReadLoop, stream_request
+from loadgen.client.http_stream import ReadLoop, StreamExchange, stream_request
 from loadgen.client.livestats import LiveStats
 from loadgen.client.messages import StepSpec, WorkerProgress
-from loadgen.client.preflight import read_api_key
-from loadgen.client.protocol import adapter_for
+from loadgen.client.preflight import ServerControl
 from loadgen.client.protocol.base import Adapter, SamplingSpec, StreamState
+from loadgen.client.protocol.openai import OpenAIOptions
 from loadgen.client.shipping import RowShipper, move_to_drain
 from loadgen.client.watch import StepWatch
 from loadgen.clock import now_ns
 from loadgen.config import TargetConfig
-from loadgen.errors import LoadgenError
 from loadgen.prompts import Prompt
 
 WORKER_NICE = -10          # the worker's threads Ray starts at nice 15 (see _raise_priority)
@@ -58,7 +56,7 @@ class PromptPool:
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=3)  # a crashed worker comes back for the next step
-class LoadWorker(StepWatch):
+class LoadWorker:
     def __init__(self, name: str, target: TargetConfig, url: str, prompts: tuple[str, int], sampling: SamplingSpec,
                  sink: str) -> None:
         """`url`: the target's server (its own, or the one loadgen launched for it).
@@ -67,23 +65,16 @@ class LoadWorker(StepWatch):
         handle in the object store, and logs an error for a restartable actor with such arguments.
         The worker prints nothing: the driver shows its `progress` (loadgen.driver.progress)."""
         self.name = name
-        self.target = target
-        self.url = url
         self.prompt_source = prompts
-        self.prompts = []
+        self.prompts: list[Prompt] = []
         self.sampling = sampling
-        self.api_key, self.key_problem = read_api_key(target)
-        # flavor "auto": the adapter is chosen by preflight/configure, from the server's identity
-        self.flavor = None if target.flavor == "auto" else target.flavor
-        self.adapter = adapter_for(target.flavor) if self.flavor else None
-        self.options = None  # openai-*: set by preflight/configure before any load
-        self.identity = None  # loadgen.servers.serverid's answer (first worker of a target: preflight)
         self.early_stop: str | None = None  # a server that ignores ignore_eos: its first such request, in words
-        self.endpoint = Endpoint(url, self.api_key)
-        self.shipper = RowShipper(ray.get_actor(sink).write.remote, name, target.name, target.node)
-        self.streams = {}
         self.reads = ReadLoop()
-        self.process = psutil.Process()
+        self.control = ServerControl(target, url, sampling, self.reads)
+        self.endpoint = self.control.endpoint
+        self.shipper = RowShipper(ray.get_actor(sink).write.remote, name, target.name, target.node)
+        self.streams: dict[str, StreamExchange] = {}
+        self.watch = StepWatch(self.control, self.streams, self.reads, self.shipper)
         gc.freeze()  # the prompt pool and Ray's state never become garbage: keep them out of every GC pass
         self.step: StepSpec | None = None
         self.issuing = False
@@ -100,15 +91,42 @@ class LoadWorker(StepWatch):
         self.outcomes: dict[str, int] = {}
         self.tokens = 0
         self.live = LiveStats()   # the live metrics' latency figures, worked out when the driver polls
-        self.session = None
+
+    # the server's control calls (client/preflight.py), as the driver calls them on the actor
+    async def preflight(self) -> tuple[dict, OpenAIOptions | None]:
+        return await self.control.preflight()
+
+    async def server_info(self) -> dict:
+        return await self.control.server_info()
+
+    def configure(self, options: OpenAIOptions | None) -> None:
+        self.control.configure(options)
+
+    async def calibrate(self, prompts: list[Prompt], timeout_s: float) -> list[tuple[int | None, str | None]]:
+        return await self.control.calibrate(prompts, timeout_s)
+
+    async def flush_cache(self) -> None:
+        await self.control.flush_cache()
+
+    async def close(self) -> None:
+        await self.control.close()
+
+    async def fetch_prompts(self) -> None:
+        """Fetch this worker's prompt shard. Done before the first step: fetched at a step's start, a shard took
+        up to 2 s on a loaded machine, and the step's first arrivals (a trace's first rows) were sent that late."""
+        pool, shard = self.prompt_source
+        self.prompts = await ray.get_actor(pool).shard.remote(shard)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
 
     # the step
     async def start_step(self, step: StepSpec) -> int:
         """Begin a step at `step.t_start_ns`; returns at once (the driver polls `progress`) with how late it was
         ready, in ns after the shared start (negative: in time)."""
         _raise_priority(step.realtime_priority)  # an async method runs on the event-loop thread, the one to raise
-        if self.flavor is None or (self.options is None and self.flavor != "sglang"):
-            await self.preflight()  # a restarted actor lost the driver's configure()
+        if not self.control.configured:
+            await self.control.preflight()  # a restarted actor lost the driver's configure()
         if not self.prompts:   # a restarted actor's: the driver had them fetched before the first step
             await self.fetch_prompts()
         self.step = step
@@ -142,9 +160,9 @@ class LoadWorker(StepWatch):
             else:
                 self.slot_tasks = [asyncio.create_task(self._slot(step, cursor, (k + step.stagger) * warmup_ns /
                                                                   step.concurrency)) for k in range(step.concurrency)]
-        self.background = [asyncio.create_task(self._watchdog(step)),
+        self.background = [asyncio.create_task(self.watch.watchdog(step)),
                            asyncio.create_task(self.shipper.keep_flushing()),
-                           asyncio.create_task(self._sampler(step))]
+                           asyncio.create_task(self.watch.sampler(step))]
 
     async def _slot(self, step: StepSpec, cursor: Iterator[int], start_delay_ns: float,
                     until_ns: int | None = None) -> None:
@@ -165,10 +183,10 @@ class LoadWorker(StepWatch):
         prompt = self.prompts[n % len(self.prompts)]
         if prompt.conversation is None and prompt.agent is None:
             return await self._request(step, n, t_scheduled)
-        assert self.adapter is not None   # chosen at start, or by preflight/configure before any load
+        assert self.control.adapter is not None   # chosen at start, or by preflight/configure before any load
         run = sessions.run_session if prompt.agent is None else sessions.run_agent_session
         return await run(
-            prompt, f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", t_scheduled, self.adapter,
+            prompt, f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}", t_scheduled, self.control.adapter,
             lambda turn, adapter, t, suffix: self._request(step, n, t, turn, adapter, suffix),
             lambda: self._may_send(step))
 
@@ -207,7 +225,7 @@ class LoadWorker(StepWatch):
                  "measure" if t_scheduled < self.window_end_ns else "drain")
         state = StreamState(f"{step.run_id[-6:]}-s{step.step_id}-{self.name}-{n}{suffix}", prompt, phase, t_scheduled,
                             self.shipper.frames)
-        adapter = adapter or self.adapter
+        adapter = adapter or self.control.adapter
         assert adapter is not None   # chosen at start, or by preflight/configure before any load
         body = adapter.body(state.request_id, prompt, self.sampling.for_prompt(prompt))
         self.sent += 1
@@ -244,7 +262,7 @@ class LoadWorker(StepWatch):
         asked = self.sampling.for_prompt(state.prompt).max_new_tokens
         if state.completion_tokens is not None and state.completion_tokens >= asked:
             return
-        server = (self.identity or {}).get("server") or "the server"
+        server = (self.control.identity or {}).get("server") or "the server"
         self.early_stop = (f"{server} ended request {state.request_id} with 'stop' after {state.completion_tokens} "
                            f"of {asked} tokens")
 
@@ -298,11 +316,7 @@ class LoadWorker(StepWatch):
         await asyncio.gather(*self.background, return_exceptions=True)
         self.slot_tasks, self.background, self.run_task = [], [], None
         self.endpoint.close_idle()
-        if step.sample_server and self.session is not None:  # a last server sample, after the last request
-            try:
-                self.shipper.write_samples({"t_ns": []}, await self._server_rows(self.session, step))
-            except (aiohttp.ClientError, TimeoutError, LoadgenError):
-                pass
+        await self.watch.last_sample(step)
         await self.shipper.end_step()
         self.step = None
         return dict(self.outcomes)

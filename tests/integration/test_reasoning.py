@@ -8,7 +8,6 @@ import json
 import tomllib
 import urllib.request
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,6 +20,7 @@ from loadgen.client.protocol import adapter_for
 from loadgen.client.protocol.base import FrameBuffer, SamplingSpec, StreamState
 from loadgen.client.protocol.openai import OpenAIChatAdapter, OpenAIOptions
 from loadgen.clock import now_ns
+from loadgen.config import TargetConfig
 from loadgen.errors import ConfigError, TargetError
 from loadgen.prompts import Prompt
 from loadgen.prompts.config import parse_prompts_config
@@ -171,15 +171,12 @@ def test_extra_body_a_server_refuses_stops_at_preflight(tmp_path):
     """A thinking control the server answers with HTTP 400: one line naming the field and the fix, before any load
     (the emulator, as SGLang's request model, refuses a chat_template_kwargs that is not an object); one it takes
     passes."""
-    class Control(ServerControl):
-        def __init__(self, url: str, extra: tuple) -> None:
-            self.target = SimpleNamespace(name="thinker")  # type: ignore[assignment]
-            self.adapter = OpenAIChatAdapter(OpenAIOptions(model="m"))
-            self.sampling = SamplingSpec(16, True, 0.0, extra)
-            self.endpoint, self.reads = Endpoint(url), ReadLoop()
-
     async def check(url: str, extra: tuple) -> None:
-        await Control(url, extra)._check_extra_body()
+        target = TargetConfig(name="thinker", flavor="openai-chat", url=url, emulator_args=(), node="local",
+                              api_key_env=None)
+        control = ServerControl(target, url, SamplingSpec(16, True, 0.0, extra), ReadLoop())
+        control.configure(OpenAIOptions(model="m", flavor="openai-chat"))
+        await control._check_extra_body()
 
     with emulator(*_emulator_flags(tmp_path)) as url:
         asyncio.run(check(url, (("chat_template_kwargs", {"enable_thinking": False}), ("seed", 3))))
