@@ -33,12 +33,12 @@ class Bounds:
 
     def describe(self) -> str:
         if self.low is not None and self.high is not None and not (self.above or self.below):
-            return f"from {self.low:g} to {self.high:g}"
+            return f"from {_number_text(self.low)} to {_number_text(self.high)}"
         parts = []
         if self.low is not None:
-            parts.append(f"{'>' if self.above else '>='} {self.low:g}")
+            parts.append(f"{'>' if self.above else '>='} {_number_text(self.low)}")
         if self.high is not None:
-            parts.append(f"{'<' if self.below else '<='} {self.high:g}")
+            parts.append(f"{'<' if self.below else '<='} {_number_text(self.high)}")
         return " and ".join(parts)
 
     def problem(self, value: float) -> str | None:
@@ -209,8 +209,13 @@ def toml_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
     return repr(value)
+
+
+def _number_text(value: float) -> str:
+    """A bound as a person writes it: 16, 0.5, 1048576 (never 1.04858e+06)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def _number(value: Any) -> float | None:
