@@ -152,9 +152,11 @@ class StrictTable:
         wrong = k.problem(value)
         if wrong is not None:
             raise ConfigError(self._key(name), *wrong)
-        return copy.copy(value) if value is k.default else value   # a caller may fill a default table in
+        return copy.deepcopy(value) if value is k.default else value   # a declaration's table is never handed out
 
     def get(self, name: str, kind: type | tuple[type, ...], default: Any = ..., example: Any = None) -> Any:
+        """`name`'s value of type `kind`, or `default` (... : required); `example` is the value a type error's fix
+        shows."""
         key = self._key(name)
         self.used.add(name)
         if name not in self.data:
@@ -175,18 +177,12 @@ class StrictTable:
             if float in kinds and not fix:
                 fix = (f"write the number without quotes: `{name} = {value}`" if _number(value) is not None
                        else f"write a number: `{name} = <number>`")
+            if int in kinds and not fix and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                fix = f"write the number without quotes: `{name} = {value.strip()}`"
             if not fix:
                 fix = (f"e.g. `{name} = {toml_value(example)}`" if isinstance(example, (bool, int, float, str))
                        else f"write `{name} = <{names}>`")
             raise ConfigError(key, f"must be {names}, got {type(value).__name__} {value!r}", fix)
-        return value
-
-    def positive(self, name: str, default: float, allow_zero: bool = False) -> float:
-        value = self.get(name, float, default)
-        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-            bound = ">= 0" if allow_zero else "> 0"
-            raise ConfigError(self._key(name), f"must be a finite number {bound}, got {value!r}",
-                              f"give `{name}` a number {bound}")
         return value
 
     def done(self) -> None:

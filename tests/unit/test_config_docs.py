@@ -115,8 +115,11 @@ def test_the_reader_reads_a_key_through_its_declaration():
         StrictTable({"n": 0}, "t", keys).read("n")
     with pytest.raises(ConfigError, match=r"^t\.m: unknown letter 'c' \(fix: use \"a\" or \"b\"\)$"):
         StrictTable({"m": "c"}, "t", keys).read("m")
-    with pytest.raises(ConfigError, match=r"^t\.n: must be a whole number, got str '3' \(fix: e\.g\. `n = 2`\)$"):
+    with pytest.raises(ConfigError, match=r"^t\.n: must be a whole number, got str '3' \(fix: write the number "
+                       r"without quotes: `n = 3`\)$"):
         StrictTable({"n": "3"}, "t", keys).read("n")
+    with pytest.raises(ConfigError, match=r"^t\.n: must be a whole number, got float 1\.5 \(fix: e\.g\. `n = 2`\)$"):
+        StrictTable({"n": 1.5}, "t", keys).read("n")
     unread = StrictTable({"mm": 1}, "t", keys)
     with pytest.raises(ConfigError, match=r"t\.mm: unknown key \(fix: did you mean `m`\? \(known keys here: m, n\)\)"):
         unread.done()
