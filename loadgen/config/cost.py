@@ -5,9 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.config.tables import StrictTable
+from loadgen.keys import Bounds, Key, Keys, StrictTable
 
 JOULES_PER_KWH = 3.6e6
+COST = Keys("cost", "Prices, currency-neutral: the answer's cost per million output tokens; a [targets.cost] sets "
+            "one target's, key by key over these (a price of 0 is free, not missing).", (
+    Key("node_hour", float, 0.0, "an hour of a node (node time = the steps' measurement windows)", Bounds(0)),
+    Key("energy_kwh", float, 0.0, "a kWh of the GPU's energy (joules from gpu_samples; docs/telemetry.md)",
+        Bounds(0)),
+))
 
 
 @dataclass(frozen=True)
@@ -28,8 +34,7 @@ class Prices:
 
 def read_prices(data: Any, key: str = "cost") -> Prices:
     """A `[cost]` table: both keys optional, each a finite number >= 0 (a price of 0 is free, not missing)."""
-    table = StrictTable(data, key)
-    prices = Prices(node_hour=table.positive("node_hour", 0.0, allow_zero=True),
-                    energy_kwh=table.positive("energy_kwh", 0.0, allow_zero=True))
+    table = StrictTable(data, key, COST)
+    prices = Prices(node_hour=table.read("node_hour"), energy_kwh=table.read("energy_kwh"))
     table.done()
     return prices

@@ -12,45 +12,32 @@ from typing import Any
 
 from loadgen.config.cost import Prices, read_prices
 from loadgen.config.fleet import Fleet, parse_fleet
-from loadgen.config.openloop import OpenLoopConfig, parse_open_loop
-from loadgen.config.ramp import RampConfig, parse_ramp, ramp_given
-from loadgen.config.search import SearchConfig, parse_search
-from loadgen.config.tables import StrictTable, check_name, load_toml
+from loadgen.config.load import LoadConfig, parse_load, parse_load_table
+from loadgen.config.tables import check_name, load_toml
 from loadgen.config.targets import TargetConfig, TwinRef, parse_target, parse_twin_ref
-from loadgen.config.trace import TraceConfig, check_warmup, parse_trace, trace_prompts
+from loadgen.config.trace import trace_prompts
 from loadgen.errors import ConfigError
+from loadgen.keys import REQUIRED, Key, Keys, StrictTable
 from loadgen.prompts.mix import PromptsConfig, parse_prompts_config
 from loadgen.results.slo import Slo, parse_slo
 from loadgen.servers.secrets import masked
 
+__all__ = ["RUN", "TOP", "Experiment", "LoadConfig", "config_hash", "experiment_document", "load_experiment",
+           "parse_experiment", "parse_load_table"]
 
-@dataclass(frozen=True)
-class LoadConfig:
-    mode: str
-    concurrency: tuple[int, ...]
-    repeats: int
-    warmup_s: float
-    measure_s: float
-    drain_timeout_s: float
-    stall_timeout_s: float
-    request_timeout_s: float
-    workers_per_target: int
-    schedule: str                    # together: every target in the same step; one_at_a_time: each alone
-    flush_cache: bool
-    open_loop: OpenLoopConfig | None = None  # mode "open": rates and arrival process (concurrency is empty)
-    requests: int | None = None      # fixed-count steps: exactly this many requests per target, all measured
-    min_measured: int | None = None  # closed loop: the window stays open until this many were sent in it
-    max_measure_s: float = 0.0       # ... but no longer than this (0: measure_s x 5)
-    error_budget: float | None = None  # failed requests a step may have: a count (>= 1) or a share (< 1)
-    on_worker_death: str = "continue"  # continue | stop: what a run does after a load worker died
-    on_server_death: str = "restart"   # restart | stop: after a server died or hung (docs/failures.md)
-    server_retry_s: float = 60.0       # how long a url target that stopped answering is retried before it is dropped
-    realtime_priority: bool = True   # workers read at SCHED_FIFO (see worker._raise_priority)
-    search: SearchConfig | None = None  # search = "capacity": levels chosen from finished steps' SLO verdicts
-    stop_after_slo_failures: int | None = None  # grids: drop a target after this many failed levels in a row
-    trace: TraceConfig | None = None  # mode "trace": the rows replayed and the speedups (the steps' levels)
-    ramp: RampConfig | None = None    # the level ramps between the listed levels within one step
-    warmup_requests: int | None = None  # counted steps and traces: the first K requests per target are warm-up
+TOP = Keys("", "The file's tables; every one but the targets (or a fleet) is optional.", (
+    Key("run", dict, {}, "the run's name and where its results go"),
+    Key("load", dict, {}, "how hard and how long each step drives the targets"),
+    Key("prompts", dict, {}, "what is asked (loadgen/prompts/README.md)"),
+    Key("slo", dict, None, "what an acceptable experience is; each step passes or fails it"),
+    Key("cost", dict, None, "prices: the answer's cost per million output tokens"),
+    Key("targets", list, REQUIRED, "the servers driven, a [[targets]] table each", shown="required without [fleet]"),
+    Key("fleet", dict, None, "a fleet of nodes and launch profiles instead of [[targets]] (docs/fleets.md)"),
+))
+RUN = Keys("run", "The run.", (
+    Key("name", str, None, "part of the run id: letters, digits, . _ -", shown="the file's name"),
+    Key("results", str, None, "the results folder, relative to where the job runs", shown="--results, else ./results"),
+))
 
 
 @dataclass(frozen=True)
@@ -77,26 +64,26 @@ def load_experiment(path: str | Path, slo: dict[str, float] | None = None) -> Ex
 
 
 def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> Experiment:
-    top = StrictTable(data, "")
-    run = StrictTable(top.get("run", dict, {}), "run")
-    name = check_name(run.get("name", str, Path(source).stem), "run.name", " (it becomes part of paths and SQL)")
-    results = run.get("results", str, None)
+    top = StrictTable(data, "", TOP)
+    run = StrictTable(top.read("run"), "run", RUN)
+    name = check_name(run.read("name", Path(source).stem), "run.name", " (it becomes part of paths and SQL)")
+    results = run.read("results")
     run.done()
-    load = _parse_load(StrictTable(top.get("load", dict, {}), "load"), base_dir)
-    prompts_table = top.get("prompts", dict, {})
+    load = parse_load(top.read("load"), base_dir)
+    prompts_table = top.read("prompts")
     prompts = parse_prompts_config(prompts_table, "prompts", base_dir)
     if load.trace is not None:
         prompts = trace_prompts(prompts, prompts_table, load.trace)
-    slo_table = top.get("slo", dict, None)
+    slo_table = top.read("slo")
     slo = None if slo_table is None else parse_slo(slo_table)
     if slo is None and (load.search or load.stop_after_slo_failures):
         key = "load.search" if load.search else "load.stop_after_slo_failures"
         raise ConfigError(key, "needs an SLO to judge steps by",
                           "add an [slo] table, e.g. ttft_ms = 2000 and tpot_ms = 100 (or --slo)")
-    cost_table = top.get("cost", dict, None)
+    cost_table = top.read("cost")
     cost = None if cost_table is None else read_prices(cost_table)   # checked before a target's table over it
-    fleet_table = top.get("fleet", dict, None)
-    raw_targets = top.get("targets", list, ... if fleet_table is None else [])
+    fleet_table = top.read("fleet")
+    raw_targets = top.read("targets", REQUIRED if fleet_table is None else [])
     top.done()
     fleet = None
     if fleet_table is not None:
@@ -131,99 +118,6 @@ def _search_twins(table: dict, names: list[str], base_dir: Path) -> tuple[tuple[
         raise ConfigError(f"load.search_twin.{missing[0]}", "is required: every target's search starts from its twin",
                           'give its twin file, e.g. mtp = "mtp.toml", or search_twin = "<run id>" to fit each')
     return tuple((n, parse_twin_ref(table[n], f"load.search_twin.{n}", base_dir)) for n in names)
-
-
-def parse_load_table(data: dict, base_dir: Path = Path(".")) -> LoadConfig:
-    """A [load] table on its own (a recorded run's, runs.config): its settings with every default filled in."""
-    return _parse_load(StrictTable(data, "load"), base_dir)
-
-
-def _parse_load(t: StrictTable, base_dir: Path) -> LoadConfig:
-    mode = t.get("mode", str, "closed")
-    if mode not in ("closed", "open", "trace"):
-        raise ConfigError("load.mode", f"unknown mode {mode!r}", "use \"closed\" (fixed concurrency), \"open\" "
-                          "(arrivals at a rate) or \"trace\" (a trace's arrivals, [load.trace])")
-    trace = parse_trace(t, mode, base_dir)
-    search = parse_search(t, rates=mode == "open")
-    open_loop = parse_open_loop(t, mode, searching=search is not None)
-    levels = t.get("concurrency", list) if open_loop is None and search is None and trace is None else []
-    if not levels and open_loop is None and search is None and trace is None:
-        raise ConfigError("load.concurrency", "is empty", "list the levels to sweep, e.g. [1, 2, 4, 8]")
-    for i, c in enumerate(levels):
-        if not isinstance(c, int) or isinstance(c, bool) or c < 1:
-            raise ConfigError(f"load.concurrency[{i}]", f"must be a whole number >= 1, got {c!r}")
-    if len(set(levels)) != len(levels) and not ramp_given(t):
-        raise ConfigError("load.concurrency", "has a level twice", "use `repeats` to run a level again")
-    repeats = t.get("repeats", int, 1)
-    if repeats < 1:
-        raise ConfigError("load.repeats", f"must be >= 1, got {repeats}")
-    workers = t.get("workers_per_target", int, 1)
-    if workers < 1:
-        raise ConfigError("load.workers_per_target", f"must be >= 1, got {workers}")
-    if open_loop is not None and open_loop.max_in_flight < workers:
-        raise ConfigError("load.max_in_flight", f"{open_loop.max_in_flight} is below workers_per_target = {workers}",
-                          "every worker needs at least one slot: raise max_in_flight")
-    schedule = t.get("schedule", str, "together")
-    if schedule not in ("together", "one_at_a_time"):
-        raise ConfigError("load.schedule", f"unknown schedule {schedule!r}", "use \"together\" or \"one_at_a_time\"")
-    requests = t.get("requests", int, None)
-    if requests is not None and requests < 1:
-        raise ConfigError("load.requests", f"must be >= 1, got {requests}", "or leave it out for timed windows")
-    if requests is not None and ("measure_s" in t.data or "warmup_s" in t.data):
-        raise ConfigError("load.requests", "fixed-count steps have no timed window",
-                          "drop measure_s/warmup_s, or drop requests")
-    warmup_requests = t.get("warmup_requests", int, None)
-    if warmup_requests is not None and (warmup_requests < 0 or requests is None and trace is None):
-        raise ConfigError("load.warmup_requests", f"must be a count >= 0 of requests sent before the measured ones, "
-                          f"with requests = N or a trace (got {warmup_requests})",
-                          "set load.requests, or warm up by time with warmup_s")
-    if trace is not None:
-        check_warmup(trace, warmup_requests, t.get("warmup_s", float, None))
-    measure_s = t.positive("measure_s", 20.0)
-    ramp = parse_ramp(t, [float(c) for c in levels] or list(open_loop.rates if open_loop else []), measure_s)
-    config = LoadConfig(
-        requests=requests, mode=mode, concurrency=tuple(levels), repeats=repeats, open_loop=open_loop,
-        warmup_s=t.positive("warmup_s", 0.0 if trace else 3.0, allow_zero=True), measure_s=measure_s,
-        drain_timeout_s=t.positive("drain_timeout_s", 120.0, allow_zero=True),
-        stall_timeout_s=t.positive("stall_timeout_s", 60.0), request_timeout_s=t.positive("request_timeout_s", 900.0),
-        workers_per_target=workers, schedule=schedule, flush_cache=t.get("flush_cache", bool, True),
-        error_budget=_error_budget(t), on_worker_death=_choice(t, "on_worker_death", ("continue", "stop")),
-        on_server_death=_choice(t, "on_server_death", ("restart", "stop")),
-        server_retry_s=t.positive("server_retry_s", 60.0),
-        min_measured=t.get("min_measured_requests", int, None), max_measure_s=t.positive("max_measure_s", 0.0, True),
-        realtime_priority=t.get("realtime_priority", bool, True), search=search,
-        stop_after_slo_failures=t.get("stop_after_slo_failures", int, None), trace=trace, ramp=ramp,
-        warmup_requests=warmup_requests)
-    t.done()
-    if config.stop_after_slo_failures is not None and (search or config.stop_after_slo_failures < 1):
-        raise ConfigError("load.stop_after_slo_failures", "must be >= 1, and only applies to a grid of levels",
-                          "e.g. 2: stop a target once it failed the SLO at two levels in a row")
-    if config.min_measured is not None and config.min_measured < 1:
-        raise ConfigError("load.min_measured_requests", f"must be >= 1, got {config.min_measured}",
-                          "or leave it out: at least one request per unit of concurrency")
-    if config.max_measure_s and config.max_measure_s < config.measure_s:
-        raise ConfigError("load.max_measure_s", f"{config.max_measure_s:g} is below measure_s = {config.measure_s:g}",
-                          "the window can only be extended: raise it or leave it out")
-    return config
-
-
-def _error_budget(t: StrictTable) -> float | None:
-    """A whole number is a count of failed requests per step; a fraction below 1 is a share of them."""
-    raw = t.data.get("error_budget")
-    value = t.get("error_budget", (int, float), None)
-    if value is None:
-        return None
-    fix = "a whole number of failed requests per step (e.g. 10), or a share below 1 (e.g. 0.05)"
-    if isinstance(raw, int) and value < 0 or isinstance(raw, float) and not 0 < value < 1:
-        raise ConfigError("load.error_budget", f"must be {fix}, got {raw!r}", "or leave it out: never stop")
-    return value
-
-
-def _choice(t: StrictTable, name: str, options: tuple[str, ...]) -> str:
-    value = t.get(name, str, options[0])
-    if value not in options:
-        raise ConfigError(f"load.{name}", f"unknown value {value!r}", "use " + " or ".join(f'"{o}"' for o in options))
-    return value
 
 
 def experiment_document(exp: Experiment) -> dict:

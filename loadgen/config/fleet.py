@@ -9,13 +9,52 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from loadgen.config.tables import StrictTable, check_name, load_toml
-from loadgen.config.targets import FLAVORS, TargetConfig, check_url, emulator_args, telemetry_options
+from loadgen.config.tables import check_name, load_toml
+from loadgen.config.targets import FLAVORS, TELEMETRY_KEYS, TargetConfig, check_url, emulator_args, telemetry_options
 from loadgen.errors import ConfigError
+from loadgen.keys import REQUIRED, Bounds, Choice, Key, Keys, StrictTable
 
 # The shipped launch profiles: package data, `loadgen/config/profiles` (a link to infra/profiles in a checkout)
 PROFILES_DIR = Path(str(resources.files("loadgen.config") / "profiles"))
 LAUNCHES = ("sglang", "emulator", "external")
+FLEET = Keys("fleet", "A fleet instead of [[targets]] (docs/fleets.md): `file` names a fleet file whose [fleet] "
+             "takes these keys too; the ones written here win.", (
+    Key("file", str, None, "the fleet file, relative to the experiment file"),
+    Key("name", str, "fleet", "the fleet's name"),
+    Key("flavor", str, "sglang", "the servers' API", Choice(FLAVORS, "flavor"), f"use one of {', '.join(FLAVORS)}"),
+    Key("launch", str, "sglang", "who starts the servers: sglang or the emulator on each node, or external (already "
+        "running at the nodes' urls)", Choice(LAUNCHES, "launch"), f"use one of {', '.join(LAUNCHES)}"),
+    Key("workers", str, "server", "where the load workers run: server (the server's node, loopback) or client "
+        "(the client nodes)", Choice(("server", "client"), "placement"),
+        "use \"server\" (workers on the server's node, loopback) or \"client\" (client nodes)"),
+    Key("nodes", list, REQUIRED, "[[fleet.nodes]]: the server nodes"),
+    Key("clients", list, [], "[[fleet.clients]]: nodes that run only workers (workers = \"client\")"),
+    Key("health_timeout_s", float, 1800.0, "how long a launched server may take to answer its health check",
+        Bounds(0, above=True), shown="1800.0 (sglang), else 60.0"),
+    Key("server_resources", dict, {}, "Ray resources each server actor asks for, name = amount"),
+    Key("profiles_dir", str, None, "where the launch profiles are, relative to the fleet file",
+        shown="the shipped infra/profiles"),
+    Key("replace", dict, {}, "flags replaced in every profile that sets them (e.g. where this fleet keeps models)"),
+    Key("profiles", list, None, "the launch profiles swept, a stage each (or [[fleet.configurations]])"),
+    Key("configurations", list, None, "[[fleet.configurations]]: each stage's profile per node"),
+))
+FLEET_NODE = Keys("fleet.nodes", "A node of the fleet, a [[fleet.nodes]] (or [[fleet.clients]]) table each: "
+                  "exactly one of node_ip, resource or labels says how Ray finds it.", (
+    Key("name", str, REQUIRED, "the node's name: letters, digits, . _ -"),
+    Key("node_ip", str, None, "the node's IP as Ray knows it"),
+    Key("resource", str, None, "a custom Ray resource only this node has"),
+    Key("labels", dict, None, "Ray node labels that pick this node"),
+    Key("url", str, None, "the server as the workers reach it", shown="loopback, a port loadgen picks"),
+    Key("flags", dict, {}, "extra server flags for this node"),
+    Key("api_key_env", str, None, "the environment variable that holds the server's API key"),
+    *TELEMETRY_KEYS,
+))
+FLEET_CONFIGURATION = Keys("fleet.configurations", "A stage: every node's launch profile; its servers run only "
+                           "during the stage.", (
+    Key("profile", str, None, "the launch profile of every node not in `nodes`"),
+    Key("nodes", dict, {}, "node name -> its launch profile"),
+    Key("name", str, None, "the stage's name", shown="the profile's name"),
+))
 
 
 @dataclass(frozen=True)
@@ -92,8 +131,8 @@ class Fleet:
 def parse_fleet(raw: Any, base_dir: Path) -> Fleet:
     """The experiment's [fleet] table: `file` (the fleet file, relative to the experiment) and/or inline fleet
     keys (these win), plus `profiles` or [[fleet.configurations]]."""
-    table = StrictTable(raw, "fleet")
-    file = table.get("file", str, None)
+    table = StrictTable(raw, "fleet", FLEET)
+    file = table.read("file")
     merged: dict[str, Any] = {}
     fleet_dir = base_dir
     if file is not None:
@@ -105,25 +144,14 @@ def parse_fleet(raw: Any, base_dir: Path) -> Fleet:
         top.done()
         fleet_dir = path.parent
     merged.update({k: v for k, v in table.data.items() if k != "file"})
-    return _parse_merged(StrictTable(merged, "fleet"), fleet_dir, base_dir)
+    return _parse_merged(StrictTable(merged, "fleet", FLEET), fleet_dir, base_dir)
 
 
 def _parse_merged(t: StrictTable, fleet_dir: Path, base_dir: Path) -> Fleet:
-    name = t.get("name", str, "fleet")
-    flavor = t.get("flavor", str, "sglang")
-    if flavor not in FLAVORS:
-        raise ConfigError("fleet.flavor", f"unknown flavor {flavor!r}", f"use one of {', '.join(FLAVORS)}")
-    launch = t.get("launch", str, "sglang")
-    if launch not in LAUNCHES:
-        raise ConfigError("fleet.launch", f"unknown launch {launch!r}", f"use one of {', '.join(LAUNCHES)}")
-    workers = t.get("workers", str, "server")
-    if workers not in ("server", "client"):
-        raise ConfigError("fleet.workers", f"unknown placement {workers!r}",
-                          "use \"server\" (workers on the server's node, loopback) or \"client\" (client nodes)")
-    nodes = tuple(_parse_node(n, f"fleet.nodes[{i}]", launch, fleet_dir)
-                  for i, n in enumerate(t.get("nodes", list)))
+    name, flavor, launch, workers = t.read("name"), t.read("flavor"), t.read("launch"), t.read("workers")
+    nodes = tuple(_parse_node(n, f"fleet.nodes[{i}]", launch, fleet_dir) for i, n in enumerate(t.read("nodes")))
     clients = tuple(_parse_node(n, f"fleet.clients[{i}]", "client", fleet_dir)
-                    for i, n in enumerate(t.get("clients", list, [])))
+                    for i, n in enumerate(t.read("clients")))
     _unique([n.name for n in nodes + clients], "fleet.nodes", "node")
     if not nodes:
         raise ConfigError("fleet.nodes", "is empty", "add at least one [[fleet.nodes]] table")
@@ -136,30 +164,29 @@ def _parse_merged(t: StrictTable, fleet_dir: Path, base_dir: Path) -> Fleet:
                                   "give the server's network address, e.g. url = \"http://10.0.0.11:30000\"")
     elif clients:
         raise ConfigError("fleet.clients", "given but workers = \"server\"", "set workers = \"client\" or remove them")
-    timeout = t.positive("health_timeout_s", 1800.0 if launch == "sglang" else 60.0)
-    resources = t.get("server_resources", dict, {})
+    timeout = t.read("health_timeout_s", 1800.0 if launch == "sglang" else 60.0)
+    resources = t.read("server_resources")
     for key, value in resources.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"fleet.server_resources.{key}", f"must be a number > 0, got {value!r}")
-    profiles_dir = (fleet_dir / t.get("profiles_dir", str, str(PROFILES_DIR))).resolve()
-    replace = _resolve_paths(t.get("replace", dict, {}), fleet_dir)
+    profiles_dir = (fleet_dir / t.read("profiles_dir", str(PROFILES_DIR))).resolve()
+    replace = _resolve_paths(t.read("replace"), fleet_dir)
     stages = _parse_stages(t, nodes, launch, profiles_dir, replace, base_dir, flavor)
     t.done()
     return Fleet(name, launch, workers, nodes, clients, timeout, {k: float(v) for k, v in resources.items()}, stages)
 
 
 def _parse_node(raw: Any, key: str, launch: str, fleet_dir: Path) -> FleetNode:
-    t = StrictTable(raw, key)
-    name = check_name(t.get("name", str), f"{key}.name")
-    node_ip, resource = t.get("node_ip", str, None), t.get("resource", str, None)
-    labels = t.get("labels", dict, None)
+    t = StrictTable(raw, key, FLEET_NODE)
+    name = check_name(t.read("name"), f"{key}.name")
+    node_ip, resource, labels = t.read("node_ip"), t.read("resource"), t.read("labels")
     if sum(x is not None for x in (node_ip, resource, labels)) != 1:
         raise ConfigError(key, "needs exactly one of node_ip, resource or labels (how Ray finds the node)",
                           "e.g. resource = \"spark1\" with `ray start --resources='{\"spark1\": 1}'` on that node")
     if labels is not None and (not labels or not all(isinstance(v, str) for v in labels.values())):
         raise ConfigError(f"{key}.labels", "must be a non-empty table of strings",
                           "labels = { \"loadgen-node\" = \"spark1\" }")
-    url = t.get("url", str, None)
+    url = t.read("url")
     if url is not None:
         check_url(url, f"{key}.url")
         url = url.rstrip("/")
@@ -167,8 +194,8 @@ def _parse_node(raw: Any, key: str, launch: str, fleet_dir: Path) -> FleetNode:
         raise ConfigError(f"{key}.url", "is required for launch = \"external\"", "give the running server's URL")
     if launch == "client" and url is not None:
         raise ConfigError(f"{key}.url", "a client node runs workers, not a server", "remove it")
-    flags = _resolve_paths(t.get("flags", dict, {}), fleet_dir)
-    api_key_env = t.get("api_key_env", str, None)
+    flags = _resolve_paths(t.read("flags"), fleet_dir)
+    api_key_env = t.read("api_key_env")
     telemetry, gpus = telemetry_options(t, key)
     t.done()
     locator = Locator(node_ip, resource, tuple(sorted((labels or {}).items())))
@@ -177,8 +204,7 @@ def _parse_node(raw: Any, key: str, launch: str, fleet_dir: Path) -> FleetNode:
 
 def _parse_stages(t: StrictTable, nodes: tuple[FleetNode, ...], launch: str, profiles_dir: Path, replace: dict,
                   base_dir: Path, flavor: str) -> tuple[Stage, ...]:
-    shorthand = t.get("profiles", list, None)
-    tables = t.get("configurations", list, None)
+    shorthand, tables = t.read("profiles"), t.read("configurations")
     if launch == "external":
         if shorthand or tables:
             raise ConfigError("fleet.profiles", "servers are external (already running): nothing to launch",
@@ -197,10 +223,10 @@ def _parse_stages(t: StrictTable, nodes: tuple[FleetNode, ...], launch: str, pro
     stages = []
     for i, entry in enumerate(raw):
         key = key_of.format(i)
-        c = StrictTable(entry, key)
-        default = c.get("profile", str, None)
-        per_node = c.get("nodes", dict, {})
-        stage_name = c.get("name", str, default)
+        c = StrictTable(entry, key, FLEET_CONFIGURATION)
+        default = c.read("profile")
+        per_node = c.read("nodes")
+        stage_name = c.read("name", default)
         c.done()
         check_name(stage_name, f"{key}.name", ": name the configuration")
         unknown = sorted(set(per_node) - {n.name for n in nodes})

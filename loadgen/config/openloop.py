@@ -8,9 +8,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.errors import ConfigError
+from loadgen.keys import REQUIRED, Bounds, Choice, Key
 
 ARRIVALS = ("constant", "poisson", "gamma")
-_OPEN_KEYS = ("rates", "arrival", "burstiness", "seed", "max_in_flight")
+# [load]'s open-loop keys (mode = "open"; max_in_flight applies to a trace too)
+OPEN_KEYS = (
+    Key("rates", list, REQUIRED, "the rates to sweep, requests/s per target, e.g. [0.5, 1, 2]",
+        shown="required in open mode"),
+    Key("arrival", str, "poisson", "the arrival process; gamma's shape is burstiness",
+        Choice(ARRIVALS, "arrival process")),
+    Key("burstiness", float, 1.0, "gamma shape: 1 = Poisson, below 1 burstier, above 1 smoother",
+        Bounds(0, above=True, what="a gamma shape"), "1 = Poisson, below 1 burstier, above 1 smoother"),
+    Key("seed", int, 0, "seeds the arrival times"),
+    Key("max_in_flight", int, 1024, "per target: arrivals beyond it wait for a free slot and are sent late",
+        Bounds(1), "the most requests in flight per target; arrivals beyond it are sent late"),
+)
 
 
 @dataclass(frozen=True)
@@ -29,7 +41,7 @@ def parse_open_loop(t: Any, mode: str, searching: bool = False) -> OpenLoopConfi
     """The open-loop keys of [load] (`t` is config's table reader); None in closed mode, where they are errors.
     A capacity search chooses its own rates, so `rates` is then left out."""
     if mode != "open":
-        for name in _OPEN_KEYS:
+        for name in (k.name for k in OPEN_KEYS):
             if name in t.data and not (mode == "trace" and name == "max_in_flight"):
                 raise ConfigError(f"load.{name}", "only applies to open-loop load",
                                   'set load.mode = "open" (and rates), or remove it')
@@ -40,7 +52,7 @@ def parse_open_loop(t: Any, mode: str, searching: bool = False) -> OpenLoopConfi
     if searching and "rates" in t.data:
         raise ConfigError("load.rates", "a capacity search chooses its own rates",
                           "remove rates and bound the search with search_min / search_max")
-    rates = t.get("rates", list, [] if searching else ...)
+    rates = t.read("rates", [] if searching else REQUIRED)
     if not rates and not searching:
         raise ConfigError("load.rates", "is empty", "list the rates to sweep in requests/s, e.g. [0.5, 1, 2]")
     for i, r in enumerate(rates):
@@ -49,19 +61,9 @@ def parse_open_loop(t: Any, mode: str, searching: bool = False) -> OpenLoopConfi
                               "e.g. rates = [0.5, 1, 2]")
     if len(set(rates)) != len(rates) and "ramp" not in t.data:   # a ramp may come back down
         raise ConfigError("load.rates", "has a rate twice", "use `repeats` to run a rate again")
-    arrival = t.get("arrival", str, "poisson")
-    if arrival not in ARRIVALS:
-        raise ConfigError("load.arrival", f"unknown arrival process {arrival!r}", f"use one of {', '.join(ARRIVALS)}")
+    arrival = t.read("arrival")
     if "burstiness" in t.data and arrival != "gamma":
         raise ConfigError("load.burstiness", f"only applies to arrival = \"gamma\" (arrival is {arrival!r})",
                           'set arrival = "gamma" or remove burstiness')
-    burstiness = t.get("burstiness", float, 1.0)
-    if not math.isfinite(burstiness) or burstiness <= 0:
-        raise ConfigError("load.burstiness", f"must be a gamma shape > 0, got {burstiness!r}",
-                          "1 = Poisson, below 1 burstier, above 1 smoother")
-    seed = t.get("seed", int, 0)
-    cap = t.get("max_in_flight", int, 1024)
-    if cap < 1:
-        raise ConfigError("load.max_in_flight", f"must be >= 1, got {cap}",
-                          "the most requests in flight per target; arrivals beyond it are sent late")
+    burstiness, seed, cap = t.read("burstiness"), t.read("seed"), t.read("max_in_flight")
     return OpenLoopConfig(tuple(float(r) for r in rates), arrival, burstiness, seed, cap)

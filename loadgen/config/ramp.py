@@ -13,6 +13,15 @@ from typing import Any
 
 from loadgen.config.ramp_profile import SHAPES, Profile, build
 from loadgen.errors import ConfigError
+from loadgen.keys import Bounds, Choice, Key
+
+# [load]'s ramp keys: the level ramps between the listed levels (rates or concurrency) within one step
+RAMP_KEYS = (
+    Key("ramp", str, None, "the level ramps between the listed levels within one step (docs/workloads.md)",
+        Choice(SHAPES, "ramp")),
+    Key("ramp_s", float, None, "each ramp between two levels, seconds", Bounds(0, above=True), shown="measure_s"),
+    Key("hold_s", float, 0.0, "each level held before and after its ramps, seconds (0: no hold windows)", Bounds(0)),
+)
 
 _NOT_WITH_RAMP = ("requests", "search", "stop_after_slo_failures", "min_measured_requests", "max_measure_s")
 
@@ -45,14 +54,12 @@ def ramp_given(t: Any) -> bool:
 
 def parse_ramp(t: Any, levels: list[float], measure_s: float) -> RampConfig | None:
     """The ramp keys of [load] (`t` is config's table reader) over the levels already read; None without `ramp`."""
-    shape = t.get("ramp", str, None)
+    shape = t.read("ramp")
     if shape is None:
         for name in ("ramp_s", "hold_s"):
             if name in t.data:
                 raise ConfigError(f"load.{name}", "only applies to a ramp", 'add ramp = "linear" or "exponential"')
         return None
-    if shape not in SHAPES:
-        raise ConfigError("load.ramp", f"unknown ramp {shape!r}", f"use one of {', '.join(SHAPES)}")
     for name in _NOT_WITH_RAMP:
         if name in t.data:
             raise ConfigError(f"load.{name}", "cannot be combined with a ramp",
@@ -63,6 +70,5 @@ def parse_ramp(t: Any, levels: list[float], measure_s: float) -> RampConfig | No
     if any(a == b for a, b in zip(levels, levels[1:])):
         raise ConfigError("load.ramp", f"has the same level twice in a row ({levels})",
                           "hold a level with hold_s instead")
-    ramp_s = t.positive("ramp_s", measure_s)
-    hold_s = t.positive("hold_s", 0.0, allow_zero=True)
+    ramp_s, hold_s = t.read("ramp_s", measure_s), t.read("hold_s")
     return RampConfig(shape, tuple(float(v) for v in levels), ramp_s, hold_s)

@@ -8,9 +8,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.errors import ConfigError
+from loadgen.keys import REQUIRED, Bounds, Choice, Key
 
-SEARCH_KEYS = ("search", "search_min", "search_max", "search_start", "search_growth", "search_tolerance",
-               "search_max_runs", "search_twin")
+# [load]'s capacity-search keys (docs/capacity-search.md): levels are concurrency, or rates in open loop
+SEARCH_KEYS = (
+    Key("search", str, None, "\"capacity\": each target's levels are chosen from its finished steps' SLO verdicts",
+        Choice(("capacity",), "search"), 'use search = "capacity"'),
+    Key("search_min", (int, float), 1, "the lowest level probed (a whole number in closed loop)",
+        Bounds(0, above=True)),
+    Key("search_max", (int, float), REQUIRED, "the highest level probed", shown="required with search"),
+    Key("search_start", (int, float, str), None, "the first level probed, or \"twin\": a twin's predicted capacity",
+        shown="the geometric middle of search_min..search_max"),
+    Key("search_growth", float, 2.0, "probing upward multiplies the level by this", Bounds(1, 16, above=True),
+        "e.g. 2: double"),
+    Key("search_tolerance", float, 0.1, "open loop: bisection stops once fail / pass - 1 <= this",
+        Bounds(0, 1, above=True, below=True, what="a share"),
+        "e.g. 0.1: stop once the first fail is within 10% of the last pass"),
+    Key("search_max_runs", int, 3, "runs of one level in all while its call is unclear", Bounds(1)),
+    Key("search_twin", (str, dict), REQUIRED, "search_start = \"twin\": a run id to fit each target's twin from, "
+        "or a table of target name -> twin file", shown="required with search_start = \"twin\""),
+)
 
 
 @dataclass(frozen=True)
@@ -60,14 +77,11 @@ def round_level(cfg: SearchConfig, level: float, above: float) -> float:
 
 def parse_search(t: Any, rates: bool) -> SearchConfig | None:
     """The search keys of [load] (`t` is config's table reader); None when the load is a grid."""
-    kind = t.get("search", str, None)
-    if kind is None:
-        for name in SEARCH_KEYS[1:]:
+    if t.read("search") is None:
+        for name in (k.name for k in SEARCH_KEYS[1:]):
             if name in t.data:
                 raise ConfigError(f"load.{name}", "only applies to a capacity search", 'add search = "capacity"')
         return None
-    if kind != "capacity":
-        raise ConfigError("load.search", f"unknown search {kind!r}", 'use search = "capacity"')
     if "concurrency" in t.data:
         raise ConfigError("load.concurrency", "a capacity search chooses its own levels",
                           "remove concurrency and bound the search with search_min / search_max")
@@ -75,31 +89,21 @@ def parse_search(t: Any, rates: bool) -> SearchConfig | None:
         raise ConfigError("load.repeats", "a capacity search runs a level again only while its call is unclear",
                           "remove repeats; search_max_runs bounds the runs of one level")
     number = float if rates else int
-    low = t.get("search_min", number, 1.0 if rates else 1)
-    high = t.get("search_max", number)
-    if not low > 0 or not math.isfinite(low):
-        raise ConfigError("load.search_min", f"must be > 0, got {low!r}")
+    low = t.read("search_min", 1.0 if rates else 1, kind=number)
+    high = t.read("search_max", kind=number)
     if not high > low or not math.isfinite(high):
         raise ConfigError("load.search_max", f"must be above search_min = {low:g}, got {high!r}")
     twin = _twin_source(t, rates)
-    start = None if twin is not None else t.get("search_start", number, None)
+    start = None if twin is not None else t.read("search_start", kind=number)
     if start is None:   # the geometric middle: it spares the dear ends of the range (module docstring)
         start = round_level(SearchConfig(low, high, rates=rates), math.sqrt(low * high), above=low - 1)
     if not low <= start <= high:
         raise ConfigError("load.search_start", f"must be within search_min..search_max, got {start!r}")
-    growth = t.get("search_growth", float, 2.0)
-    if not 1 < growth <= 16:
-        raise ConfigError("load.search_growth", f"must be above 1 (at most 16), got {growth:g}", "e.g. 2: double")
+    growth = t.read("search_growth")
     if "search_tolerance" in t.data and not rates:
         raise ConfigError("load.search_tolerance", "only applies to rates (open loop)",
                           "concurrency is bisected down to adjacent levels; remove it")
-    tolerance = t.get("search_tolerance", float, 0.1)
-    if not 0 < tolerance < 1:
-        raise ConfigError("load.search_tolerance", f"must be a share between 0 and 1, got {tolerance:g}",
-                          "e.g. 0.1: stop once the first fail is within 10% of the last pass")
-    max_runs = t.get("search_max_runs", int, 3)
-    if max_runs < 1:
-        raise ConfigError("load.search_max_runs", f"must be >= 1, got {max_runs}")
+    tolerance, max_runs = t.read("search_tolerance"), t.read("search_max_runs")
     return SearchConfig(float(low), float(high), growth, tolerance, max_runs, rates, float(start), twin)
 
 
@@ -112,8 +116,8 @@ def _twin_source(t: Any, rates: bool) -> Any:
             raise ConfigError("load.search_twin", "only applies to search_start = \"twin\"",
                               'add search_start = "twin", or remove search_twin')
         return None
-    t.get("search_start", str)
+    t.read("search_start", kind=str)
     if rates:
         raise ConfigError("load.search_start", "a twin predicts closed-loop levels only", "give a rate, or leave "
                           "search_start out")
-    return t.get("search_twin", (str, dict))
+    return t.read("search_twin")

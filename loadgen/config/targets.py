@@ -8,8 +8,9 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from loadgen.config.cost import Prices, read_prices
-from loadgen.config.tables import StrictTable, check_name
+from loadgen.config.tables import check_name
 from loadgen.errors import ConfigError
+from loadgen.keys import REQUIRED, Bounds, Choice, Key, Keys, StrictTable
 from loadgen.servers.secrets import flag_ref, is_secret_name
 
 EMULATOR_ALGORITHMS = ("NONE", "EAGLE", "EAGLE3", "NEXTN", "DFLASH")
@@ -38,25 +39,29 @@ class TwinRef:
         return ", ".join(parts)
 
 
-TWIN_KEYS = ("profile", "draft_tokens", "max_running_requests", "kv_pool_tokens", "algorithm_from")
+TWIN = Keys("targets.twin", "A twin file (`loadgen twin fit`) run in virtual time instead of a server "
+            "(docs/twin.md), and what a what-if changes in it; `twin = \"file.toml\"` is the file alone.", (
+    Key("profile", str, REQUIRED, "the twin file, relative to the experiment file"),
+    Key("draft_tokens", int, None, "another draft budget (tokens verified per step)", Bounds(1),
+        shown="the twin's"),
+    Key("max_running_requests", int, None, "another batch limit", Bounds(1), shown="the twin's"),
+    Key("kv_pool_tokens", int, None, "another KV cache size, tokens", Bounds(1), shown="the twin's"),
+    Key("algorithm_from", str, None, "another twin file whose algorithm (draft and acceptance) runs on this one's "
+        "hardware", shown="the twin's"),
+))
 
 
 def parse_twin_ref(raw: Any, key: str, base_dir: Path) -> TwinRef:
     """A [targets.twin] table (or a search_twin entry): the file exists and every override is a positive count."""
     if isinstance(raw, str):
         raw = {"profile": raw}
-    t = StrictTable(raw, key)
-    profile = (base_dir / t.get("profile", str)).resolve()
+    t = StrictTable(raw, key, TWIN)
+    profile = (base_dir / t.read("profile")).resolve()
     if not profile.is_file():
         raise ConfigError(f"{key}.profile", f"twin file not found: {profile}",
                           "write one with `loadgen twin fit --results R --run ID -o FILE`")
-    counts = {}
-    for name in TWIN_KEYS[1:4]:
-        value = t.get(name, int, None)
-        if value is not None and value < 1:
-            raise ConfigError(f"{key}.{name}", f"must be >= 1, got {value}")
-        counts[name] = value
-    other = t.get("algorithm_from", str, None)
+    counts = {name: t.read(name) for name in ("draft_tokens", "max_running_requests", "kv_pool_tokens")}
+    other = t.read("algorithm_from")
     if other is not None:
         other_path = (base_dir / other).resolve()
         if not other_path.is_file():
@@ -65,6 +70,32 @@ def parse_twin_ref(raw: Any, key: str, base_dir: Path) -> TwinRef:
     t.done()
     return TwinRef(str(profile), counts["draft_tokens"], counts["max_running_requests"], counts["kv_pool_tokens"],
                    other)
+
+
+# A server's GPU telemetry: a target's keys, and a fleet node's
+TELEMETRY_KEYS = (
+    Key("telemetry", str, None, "the server's DCGM exporter, http://node:9400/metrics, read instead of NVML "
+        "(docs/telemetry.md)", shown="NVML beside the server"),
+    Key("telemetry_gpus", list, None, "the exporter's GPUs (indices or UUIDs) that serve it", shown="every one shown"),
+)
+TARGET = Keys("targets", "One server driven, a [[targets]] table each: exactly one of `url`, [targets.emulator] "
+              "or [targets.twin].", (
+    Key("name", str, REQUIRED, "the target's name in every table: letters, digits, . _ -"),
+    Key("flavor", str, "auto", "the API: auto identifies the server", Choice(("auto", *FLAVORS), "flavor"),
+        f"use auto or one of {', '.join(FLAVORS)}"),
+    Key("url", str, None, "a running server's root, http://host:port"),
+    Key("emulator", dict, None, "[targets.emulator]: an emulator loadgen launches; its keys are sglang.launch_server's "
+        "flags without the dashes"),
+    Key("twin", (dict, str), None, "[targets.twin]: a twin run in virtual time, or its file"),
+    Key("node", str, "local", "the node the server runs on, as results name it"),
+    Key("api_key_env", str, None, "the environment variable that holds the server's API key (never the key itself)"),
+    Key("api_key_file", str, None, "a file that holds the key, read on the worker"),
+    Key("model", str, None, "openai-*: the request's `model`", shown="the server's first (GET /v1/models)"),
+    Key("continuous_usage", bool, True, "openai-*: ask for usage on every frame (per-frame token counts)"),
+    Key("spec_details", bool, None, "openai-*: ask for SGLang's spec_tokens_details", shown="if SGLang >= 0.5.23"),
+    *TELEMETRY_KEYS,
+    Key("cost", dict, None, "[targets.cost]: this target's prices, key by key over [cost]"),
+))
 
 
 @dataclass(frozen=True)
@@ -87,16 +118,10 @@ class TargetConfig:
 
 def parse_target(raw: Any, key: str, base_dir: Path, cost: dict | None = None) -> TargetConfig:
     """One [[targets]] table; `cost`: the file's [cost] table, which its own [targets.cost] overrides key by key."""
-    t = StrictTable(raw, key)
-    name = check_name(t.get("name", str), f"{key}.name")
-    # auto: the worker's preflight identifies the server (loadgen.servers.serverid)
-    flavor = t.get("flavor", str, "auto")
-    if flavor != "auto" and flavor not in FLAVORS:
-        raise ConfigError(f"{key}.flavor", f"unknown flavor {flavor!r}",
-                          f"use auto or one of {', '.join(FLAVORS)}")
-    url = t.get("url", str, None)
-    emulator = t.get("emulator", dict, None)
-    twin_table = t.get("twin", (dict, str), None)
+    t = StrictTable(raw, key, TARGET)
+    name = check_name(t.read("name"), f"{key}.name")
+    flavor = t.read("flavor")   # auto: the worker's preflight identifies the server (loadgen.servers.serverid)
+    url, emulator, twin_table = t.read("url"), t.read("emulator"), t.read("twin")
     if [url, emulator, twin_table].count(None) != 2:
         raise ConfigError(key, "needs exactly one of `url` (a running server), [emulator] (launched by loadgen) or "
                           "[twin] (a twin file, predicted in virtual time)",
@@ -111,16 +136,14 @@ def parse_target(raw: Any, key: str, base_dir: Path, cost: dict | None = None) -
         if "model-path" not in emulator:  # required by launch_server's flags; the emulator only reports it
             args += ("--model-path", "emulated/qwen3.8-27b-nvfp4")
         _check_emulator_flags(args, f"{key}.emulator")
-    node = t.get("node", str, "local")
-    api_key_env = t.get("api_key_env", str, None)
-    api_key_file = t.get("api_key_file", str, None)
+    node, api_key_env, api_key_file = t.read("node"), t.read("api_key_env"), t.read("api_key_file")
     if api_key_env is not None and api_key_file is not None:
         raise ConfigError(f"{key}.api_key_file", "cannot be combined with api_key_env", "give the key one way")
     if api_key_file is not None:
         api_key_file = str((base_dir / api_key_file).resolve())  # read on the worker, at preflight
     openai = _openai_options(t, key, flavor)
     telemetry, gpus = telemetry_options(t, key)
-    own_cost = t.get("cost", dict, None)
+    own_cost = t.read("cost")
     t.done()
     prices = None if cost is None and own_cost is None else read_prices({**(cost or {}), **(own_cost or {})},
                                                                          f"{key}.cost")
@@ -130,13 +153,13 @@ def parse_target(raw: Any, key: str, base_dir: Path, cost: dict | None = None) -
 
 def telemetry_options(t: StrictTable, key: str) -> tuple[str | None, tuple[str, ...] | None]:
     """`telemetry`: a DCGM exporter's /metrics URL; `telemetry_gpus`: which of its GPUs serve the target."""
-    url = t.get("telemetry", str, None)
+    url = t.read("telemetry")
     if url is not None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"{key}.telemetry", f"{url!r} is not an http:// URL",
                               "name the server's DCGM exporter, e.g. telemetry = \"http://10.0.0.11:9400/metrics\"")
-    gpus = t.get("telemetry_gpus", list, None)
+    gpus = t.read("telemetry_gpus")
     if gpus is not None and (not gpus or not all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus)):
         raise ConfigError(f"{key}.telemetry_gpus", "must be a non-empty list of GPU indices or UUIDs",
                           "e.g. telemetry_gpus = [0] or [\"GPU-5c0f...\"]")
@@ -149,10 +172,10 @@ def _openai_options(t: StrictTable, key: str, flavor: str) -> tuple[str | None, 
             if name in t.data:
                 raise ConfigError(f"{key}.{name}", f"only applies to openai-* flavors (flavor is {flavor!r})",
                                   "remove it, or set flavor = \"openai-completions\" / \"openai-chat\"")
-    model = t.get("model", str, None)
+    model = t.read("model")
     if model is not None and not model:
         raise ConfigError(f"{key}.model", "is empty", "leave it out to use the server's first model")
-    return model, t.get("continuous_usage", bool, True), t.get("spec_details", bool, None)
+    return model, t.read("continuous_usage"), t.read("spec_details")
 
 
 def check_url(url: str, key: str) -> None:

@@ -13,13 +13,28 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen.config.tables import StrictTable
 from loadgen.errors import ConfigError
+from loadgen.keys import REQUIRED, Bounds, Choice, Key, Keys, StrictTable
 from loadgen.prompts.config import InputTokens, PromptsConfig
 from loadgen.prompts.traces import FORMATS, Trace, read_trace
 
 MAX_PROMPT_BYTES = 1 << 30   # prompt text built for one target, ~4 bytes a token: above it the driver runs short
 WHOLE_TASK_TOKENS = 400      # below this a built-in task may not fit whole: a row that asks for less gets a cut one
+TRACE_KEY = Key("trace", dict, None, "mode = \"trace\": the trace replayed, a [load.trace] table",
+                shown="required in trace mode")
+TRACE = Keys("load.trace", "mode = \"trace\": the trace replayed (docs/workloads.md); [prompts] may not set "
+             "input_tokens or max_new_tokens, each row does.", (
+    Key("path", str, REQUIRED, "the trace file, relative to the experiment file"),
+    Key("format", str, None, "the trace's format", Choice(FORMATS, "format"), shown="from the file"),
+    Key("speedup", (int, float, list), 1.0, "replay at the trace's times divided by this; a list is swept like rates"),
+    Key("sample", float, 1.0, "the share of rows kept (a seeded draw per row)",
+        Bounds(0, 1, above=True, what="a share"),
+        "e.g. 0.1 keeps one row in ten (a seeded draw per row)"),
+    Key("seed", int, 0, "seeds the sample"),
+    Key("start_s", float, 0.0, "replay from this second of the trace", Bounds(0)),
+    Key("duration_s", float, None, "replay this many seconds of it", Bounds(0, above=True, what="a number of seconds"),
+        shown="to the end"),
+))
 _NOT_IN_TRACE_MODE = ("concurrency", "measure_s", "requests", "min_measured_requests", "max_measure_s", "search",
                       "ramp", "ramp_s", "hold_s")
 
@@ -45,7 +60,7 @@ class TraceConfig:
 
 def parse_trace(t: StrictTable, mode: str, base_dir: Path) -> TraceConfig | None:
     """[load.trace] and max_in_flight in trace mode (None otherwise; a [load.trace] table there is an error)."""
-    table = t.get("trace", dict, None)
+    table = t.read("trace")
     if mode != "trace":
         if table is not None:
             raise ConfigError("load.trace", "only applies to trace replay", 'set load.mode = "trace", or remove it')
@@ -57,33 +72,19 @@ def parse_trace(t: StrictTable, mode: str, base_dir: Path) -> TraceConfig | None
     if table is None:
         raise ConfigError("load.trace", "is required in trace mode",
                           'add [load.trace] with path = "my-trace.jsonl" (docs/workloads.md)')
-    cap = t.get("max_in_flight", int, 1024)
-    if cap < 1:
-        raise ConfigError("load.max_in_flight", f"must be >= 1, got {cap}",
-                          "the most requests in flight per target; rows beyond it are sent late")
-    return _parse_table(StrictTable(table, "load.trace"), base_dir, cap)
+    return _parse_table(StrictTable(table, "load.trace", TRACE), base_dir, t.read("max_in_flight"))
 
 
 def _parse_table(t: StrictTable, base_dir: Path, cap: int) -> TraceConfig:
-    raw = t.get("path", str)
+    raw = t.read("path")
     path = Path(raw).expanduser()
     path = path if path.is_absolute() else base_dir / path
     if not path.is_file():
         raise ConfigError("load.trace.path", f"no such file: {path}",
                           "check the path (relative paths start at the experiment file's folder)")
-    fmt = t.get("format", str, None)
-    if fmt is not None and fmt not in FORMATS:
-        raise ConfigError("load.trace.format", f"unknown format {fmt!r}", f"use one of {', '.join(FORMATS)}")
-    speedups = _speedups(t.get("speedup", (int, float, list), 1.0))
-    sample = t.get("sample", float, 1.0)
-    if not 0 < sample <= 1:
-        raise ConfigError("load.trace.sample", f"must be a share in (0, 1], got {sample!r}",
-                          "e.g. 0.1 keeps one row in ten (a seeded draw per row)")
-    seed = t.get("seed", int, 0)
-    start_s = t.positive("start_s", 0.0, allow_zero=True)
-    duration_s = t.get("duration_s", float, None)
-    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
-        raise ConfigError("load.trace.duration_s", f"must be a number of seconds > 0, got {duration_s!r}")
+    fmt = t.read("format")
+    speedups = _speedups(t.read("speedup"))
+    sample, seed, start_s, duration_s = t.read("sample"), t.read("seed"), t.read("start_s"), t.read("duration_s")
     t.done()
     trace = read_trace(path, fmt, "load.trace.path").select(start_s, duration_s, sample, seed)
     if not trace.rows:

@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass, replace
 
 from loadgen.errors import ConfigError
+from loadgen.keys import Bounds, Key
 from loadgen.prompts import Agent, Prompt
 
 CHARS_PER_TOKEN = 4      # a tool result's length in characters per stated token
@@ -42,6 +43,13 @@ CATALOGUE = (
 _WORDS = ("the", "result", "of", "a", "call", "returned", "data", "for", "this", "request", "with", "status", "ok",
           "and", "rows", "matching", "query", "in", "file", "line", "value", "error", "none", "found")
 
+# An agent source's own keys (kind = "agent"; `tasks` is a conversation's too)
+AGENT_KEYS = (
+    Key("tools", int, 4, "agent: how many of the catalogue's tools it offers", Bounds(1, len(CATALOGUE))),
+    Key("tool_result_tokens", int, 200, "agent: each tool result's length", Bounds(1, MAX_RESULT_TOKENS)),
+    Key("max_calls", int, 8, "agent: tool calls a session allows", Bounds(1, MAX_CALLS)),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
@@ -58,17 +66,17 @@ class AgentConfig:
 
 
 def parse_agent(entry: dict, key: str, tasks: tuple[str, ...]) -> AgentConfig:
-    """The agent keys of a source (`tools`, `tool_result_tokens`, `max_calls`; `tasks` checked by the caller)."""
-    return AgentConfig(_whole(entry, "tools", 4, 1, len(CATALOGUE), key),
-                       _whole(entry, "tool_result_tokens", 200, 1, MAX_RESULT_TOKENS, key),
-                       _whole(entry, "max_calls", 8, 1, MAX_CALLS, key), tasks)
+    """The agent keys of a source (AGENT_KEYS; `tasks` checked by the caller)."""
+    tools, result_tokens, calls = (_whole(entry, k, key) for k in AGENT_KEYS)
+    return AgentConfig(tools, result_tokens, calls, tasks)
 
 
-def _whole(entry: dict, name: str, default: int, lowest: int, highest: int, key: str) -> int:
-    value = entry.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
-        raise ConfigError(f"{key}.{name}", f"must be a whole number from {lowest} to {highest}, got {value!r}",
-                          f"e.g. {name} = {default}")
+def _whole(entry: dict, k: Key, key: str) -> int:
+    value = entry.get(k.name, k.default)
+    if isinstance(value, bool) or not isinstance(value, int) or k.problem(value):
+        assert k.check is not None
+        raise ConfigError(f"{key}.{k.name}", f"must be a whole number {k.check.describe()}, got {value!r}",
+                          f"e.g. {k.name} = {k.default}")
     return value
 
 

@@ -8,15 +8,15 @@ read, and checked, when the PromptMix is built.
 from __future__ import annotations
 
 import difflib
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from loadgen.errors import ConfigError
+from loadgen.keys import REQUIRED, Bounds, Choice, Key, Keys, StrictTable
 from loadgen.prompts import code_tasks, families, prose_tasks
-from loadgen.prompts.agent import AgentConfig, parse_agent
-from loadgen.prompts.conversation import ConversationConfig, parse_conversation, parse_tasks
+from loadgen.prompts.agent import AGENT_KEYS, AgentConfig, parse_agent
+from loadgen.prompts.conversation import CONVERSATION_KEYS, ConversationConfig, parse_conversation, parse_tasks
 
 BUILTIN_TEMPLATES: dict[str, tuple[str, ...]] = {
     "code": tuple(code_tasks.TEMPLATES),
@@ -25,18 +25,52 @@ BUILTIN_TEMPLATES: dict[str, tuple[str, ...]] = {
 }
 FORMATS = ("jsonl", "sharegpt", "question-jsonl", "humaneval")
 
-_TOP_KEYS = ("seed", "max_new_tokens", "ignore_eos", "temperature", "min_prompt_chars",
-             "max_prompt_chars", "input_tokens", "system_prefix", "chat", "sources", "extra_body")
+PROMPTS = Keys("prompts", "What is asked and how (loadgen/prompts/README.md); the same table gives the same prompts "
+               "on every node.", (
+    Key("seed", int, 0, "seeds every choice: the same seed, the same prompts in the same order"),
+    Key("max_new_tokens", int, 128, "output tokens asked of every request", Bounds(1)),
+    Key("ignore_eos", bool, False, "true: every reply is exactly max_new_tokens long"),
+    Key("temperature", float, 0.0, "sampling temperature (0.0: greedy)", Bounds(0), "use 0.0 for greedy decoding"),
+    Key("min_prompt_chars", int, 0, "each prompt's length at least, characters (system prefix excluded)", Bounds(0)),
+    Key("max_prompt_chars", int, 8000, "... and at most", Bounds(1)),
+    Key("input_tokens", (int, dict), None, "each prompt's length in the server's tokens instead: 1024, or "
+        "{ min = 512, max = 2048 } (uniform)", shown="unset: the character bounds"),
+    Key("system_prefix", str, None, "text in front of every prompt (chat: a system message)"),
+    Key("chat", bool, False, "messages for chat routes, text for completion routes"),
+    Key("sources", list, [{"kind": "code", "weight": 0.5}, {"kind": "prose", "weight": 0.5}],
+        "[[prompts.sources]]: what prompts are drawn from, by weight", shown="code and prose, 0.5 each"),
+    Key("extra_body", dict, None, "more request-body fields on the OpenAI routes, e.g. "
+        "{ chat_template_kwargs = { enable_thinking = false } }"),
+))
 # Body fields loadgen sets itself on the OpenAI routes (client/protocol/openai.py): extra_body may not replace them
 _OWN_BODY_FIELDS = ("model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "stream",
                     "stream_options", "ignore_eos", "return_spec_tokens_details", "rid", "cache_prompt", "cache_salt")
 MAX_INPUT_TOKENS = 1 << 20   # far above any context window: a larger value is a typo
+MAX_PREFIXES = 1000   # each starts at its own documentation paragraph (shared_prefix.py)
+SOURCE = Keys("prompts.sources", "A source of prompts, a [[prompts.sources]] table each: a built-in kind, a "
+              "conversation or agent session, or a dataset file (`format`); each kind takes the keys its line names.", (
+    Key("kind", str, REQUIRED, f"{', '.join(BUILTIN_TEMPLATES)}, conversation or agent; a dataset's: the kind set "
+        "on every row", shown="required without format"),
+    Key("weight", float, 1.0, "the source's share of prompts (weights are normalised)", Bounds(0),
+        "use a positive weight such as 0.5"),
+    Key("templates", list, None, "built-ins: the task templates drawn from", shown="every one"),
+    Key("format", str, None, "a dataset file's format", Choice(FORMATS, "format"), f"use one of {', '.join(FORMATS)}"),
+    Key("path", str, None, "datasets: the file, relative to the experiment file", shown="required with format"),
+    Key("name", str, None, "datasets: the source's label", shown="the file's name"),
+    *CONVERSATION_KEYS, *AGENT_KEYS,
+    Key("shared_prefix_tokens", int, None, "each prompt starts with one of `prefixes` shared contexts this long",
+        Bounds(16, MAX_INPUT_TOKENS, what="a whole number of tokens"), "e.g. shared_prefix_tokens = 1024"),
+    Key("prefixes", int, 1, "distinct shared contexts, each request uses one", Bounds(1, MAX_PREFIXES),
+        "e.g. prefixes = 4 (distinct shared contexts, each request uses one)"),
+))
+# The keys each kind of source takes
 _PREFIX_KEYS = ("shared_prefix_tokens", "prefixes")
 _BUILTIN_KEYS = ("kind", "weight", "templates") + _PREFIX_KEYS
 _DATASET_KEYS = ("format", "path", "weight", "kind", "name") + _PREFIX_KEYS
-_CONVERSATION_KEYS = ("kind", "weight", "turns", "think_time_s", "tasks") + _PREFIX_KEYS
-_AGENT_KEYS = ("kind", "weight", "tools", "tool_result_tokens", "max_calls", "tasks") + _PREFIX_KEYS
-MAX_PREFIXES = 1000   # each starts at its own documentation paragraph (shared_prefix.py)
+_CONVERSATION_KEYS = ("kind", "weight", *(k.name for k in CONVERSATION_KEYS)) + _PREFIX_KEYS
+_AGENT_KEYS = ("kind", "weight", *(k.name for k in AGENT_KEYS), "tasks") + _PREFIX_KEYS
+SOURCE_KINDS = {"built-in": _BUILTIN_KEYS, "dataset": _DATASET_KEYS, "conversation": _CONVERSATION_KEYS,
+                "agent": _AGENT_KEYS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,47 +128,30 @@ class PromptsConfig:
 def parse_prompts_config(table: dict, key: str = "prompts", base_dir: Path = Path(".")) -> PromptsConfig:
     """Validate the [prompts] table; relative dataset paths are resolved against `base_dir`
     (the experiment file's folder)."""
-    if not isinstance(table, dict):
-        raise ConfigError(key, f"must be a table, got {type(table).__name__}", f"write it as [{key}]")
-    _reject_unknown(table, _TOP_KEYS, key)
-    input_tokens = parse_input_tokens(table.get("input_tokens"), f"{key}.input_tokens")
+    t = StrictTable(table, key, PROMPTS)
+    input_tokens = parse_input_tokens(t.read("input_tokens", kind=object), f"{key}.input_tokens")
     if input_tokens is not None and ("min_prompt_chars" in table or "max_prompt_chars" in table):
         bound = "min_prompt_chars" if "min_prompt_chars" in table else "max_prompt_chars"
         raise ConfigError(f"{key}.{bound}", "cannot be combined with input_tokens (which sets each prompt's length)",
                           f"drop {bound}, or drop input_tokens")
-    min_chars = _int(table, "min_prompt_chars", 0, 0, key)
-    max_chars = _int(table, "max_prompt_chars", 8000, 1, key)
+    min_chars, max_chars = t.read("min_prompt_chars"), t.read("max_prompt_chars")
     if max_chars < min_chars:
         raise ConfigError(f"{key}.max_prompt_chars", f"{max_chars} is below min_prompt_chars = {min_chars}",
                           "make max_prompt_chars >= min_prompt_chars")
-    prefix = table.get("system_prefix")
-    if prefix is not None and not isinstance(prefix, str):
-        raise ConfigError(f"{key}.system_prefix", f"must be a string, got {prefix!r}",
-                          'write system_prefix = "..." or leave it out')
-    temperature = _number(table, "temperature", 0.0, key)
-    if temperature < 0:
-        raise ConfigError(f"{key}.temperature", f"must be >= 0, got {temperature}", "use 0.0 for greedy decoding")
-    sources = _sources(table.get("sources"), f"{key}.sources", base_dir)
+    sources = _sources(t.read("sources", kind=object), f"{key}.sources", base_dir)
     for src in sources:
         if input_tokens is not None and src.shared_prefix_tokens is not None \
                 and src.shared_prefix_tokens >= input_tokens.min:
             raise ConfigError(f"{src.key}.shared_prefix_tokens", f"{src.shared_prefix_tokens} leaves no room in "
                               f"input_tokens = {input_tokens.describe()} (the shared context is part of each prompt)",
                               "make shared_prefix_tokens smaller than the shortest input_tokens")
-    return PromptsConfig(
-        sources=sources,
-        seed=_int(table, "seed", 0, None, key),
-        max_new_tokens=_int(table, "max_new_tokens", 128, 1, key),
-        ignore_eos=_bool(table, "ignore_eos", False, key),
-        temperature=temperature,
-        min_prompt_chars=min_chars,
-        max_prompt_chars=max_chars,
-        system_prefix=prefix or None,
-        chat=_bool(table, "chat", False, key),
-        key=key,
-        input_tokens=input_tokens,
-        extra_body=parse_extra_body(table.get("extra_body"), f"{key}.extra_body"),
-    )
+    config = PromptsConfig(
+        sources=sources, seed=t.read("seed"), max_new_tokens=t.read("max_new_tokens"), ignore_eos=t.read("ignore_eos"),
+        temperature=t.read("temperature"), min_prompt_chars=min_chars, max_prompt_chars=max_chars,
+        system_prefix=t.read("system_prefix") or None, chat=t.read("chat"), key=key, input_tokens=input_tokens,
+        extra_body=parse_extra_body(t.read("extra_body", kind=object), f"{key}.extra_body"))
+    t.done()
+    return config
 
 
 def parse_extra_body(raw: Any, key: str) -> tuple[tuple[str, Any], ...]:
@@ -149,7 +166,7 @@ def parse_extra_body(raw: Any, key: str) -> tuple[tuple[str, Any], ...]:
         if name in _OWN_BODY_FIELDS:
             hint = "max_new_tokens" if name in ("max_tokens", "max_completion_tokens") else name
             raise ConfigError(f"{key}.{name}", "is a field loadgen sets itself",
-                              f"use prompts.{hint}" if hint in _TOP_KEYS else "drop it from extra_body")
+                              f"use prompts.{hint}" if hint in PROMPTS.names else "drop it from extra_body")
     return tuple(raw.items())
 
 
@@ -178,8 +195,6 @@ def _token_count(value: Any, key: str) -> int:
 
 
 def _sources(raw: Any, key: str, base_dir: Path) -> tuple[SourceConfig, ...]:
-    if raw is None:
-        raw = [{"kind": "code", "weight": 0.5}, {"kind": "prose", "weight": 0.5}]
     if not isinstance(raw, list) or not raw:
         raise ConfigError(key, f"must be a non-empty list of tables, got {raw!r}",
                           'add [[prompts.sources]] entries such as kind = "code", weight = 0.5')
@@ -191,20 +206,20 @@ def _sources(raw: Any, key: str, base_dir: Path) -> tuple[SourceConfig, ...]:
 
 
 def _source(entry: Any, key: str, base_dir: Path) -> SourceConfig:
+    """One source: the keys its kind takes (SOURCE_KINDS), each read through its declaration in SOURCE."""
     if not isinstance(entry, dict):
         raise ConfigError(key, f"must be a table, got {entry!r}", "write it as [[prompts.sources]]")
-    weight = _number(entry, "weight", 1.0, key)
-    if weight < 0:
-        raise ConfigError(f"{key}.weight", f"must be >= 0, got {weight}", "use a positive weight such as 0.5")
-    prefix_tokens, prefixes = _shared_prefix(entry, key)
-    if "format" not in entry:
-        session = {"conversation": _conversation, "agent": _agent}.get(str(entry.get("kind")), _builtin)
+    sort = "dataset" if "format" in entry else {"conversation": "conversation", "agent": "agent"}.get(
+        str(entry.get("kind")), "built-in")
+    _reject_unknown(entry, SOURCE_KINDS[sort], key)
+    t = StrictTable(entry, key, SOURCE)
+    weight = t.read("weight")
+    prefix_tokens, prefixes = _shared_prefix(t, key)
+    if sort != "dataset":
+        session = {"conversation": _conversation, "agent": _agent}.get(sort, _builtin)
         source = session(entry, key, weight)
         return replace(source, shared_prefix_tokens=prefix_tokens, prefixes=prefixes)
-    _reject_unknown(entry, _DATASET_KEYS, key)
-    fmt = entry["format"]
-    if fmt not in FORMATS:
-        raise ConfigError(f"{key}.format", f"unknown format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+    fmt = t.read("format")
     path = _dataset_path(entry, fmt, key, base_dir)
     kind = _optional_str(entry, "kind", key)
     name = _optional_str(entry, "name", key) or _default_name(fmt, path)
@@ -212,23 +227,13 @@ def _source(entry: Any, key: str, base_dir: Path) -> SourceConfig:
                         shared_prefix_tokens=prefix_tokens, prefixes=prefixes)
 
 
-def _shared_prefix(entry: dict, key: str) -> tuple[int | None, int]:
+def _shared_prefix(t: StrictTable, key: str) -> tuple[int | None, int]:
     """(shared_prefix_tokens, prefixes): each prompt of the source starts with one of `prefixes` distinct shared
     contexts of about that many tokens."""
-    if "shared_prefix_tokens" not in entry:
-        if "prefixes" in entry:
-            raise ConfigError(f"{key}.prefixes", "needs shared_prefix_tokens (the length of each shared context)",
-                              "add shared_prefix_tokens = 1024, or drop prefixes")
-        return None, 1
-    tokens = entry["shared_prefix_tokens"]
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 16 <= tokens <= MAX_INPUT_TOKENS:
-        raise ConfigError(f"{key}.shared_prefix_tokens", f"must be a whole number of tokens from 16 to "
-                          f"{MAX_INPUT_TOKENS}, got {tokens!r}", "e.g. shared_prefix_tokens = 1024")
-    prefixes = entry.get("prefixes", 1)
-    if isinstance(prefixes, bool) or not isinstance(prefixes, int) or not 1 <= prefixes <= MAX_PREFIXES:
-        raise ConfigError(f"{key}.prefixes", f"must be a whole number from 1 to {MAX_PREFIXES}, got {prefixes!r}",
-                          "e.g. prefixes = 4 (distinct shared contexts, each request uses one)")
-    return tokens, prefixes
+    if "shared_prefix_tokens" not in t.data and "prefixes" in t.data:
+        raise ConfigError(f"{key}.prefixes", "needs shared_prefix_tokens (the length of each shared context)",
+                          "add shared_prefix_tokens = 1024, or drop prefixes")
+    return t.read("shared_prefix_tokens"), t.read("prefixes")
 
 
 def _conversation(entry: dict, key: str, weight: float) -> SourceConfig:
@@ -300,30 +305,6 @@ def _reject_unknown(table: dict, known: tuple[str, ...], key: str) -> None:
             close = difflib.get_close_matches(str(name), known, n=1)
             hint = f"did you mean `{close[0]}`? " if close else ""
             raise ConfigError(f"{key}.{name}", "unknown key", f"{hint}known keys here: {', '.join(known)}")
-
-
-def _int(table: dict, name: str, default: int, minimum: int | None, key: str) -> int:
-    value = table.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-        need = "an integer" if minimum is None else f"an integer >= {minimum}"
-        raise ConfigError(f"{key}.{name}", f"must be {need}, got {value!r}",
-                          f"e.g. {name} = {max(default, minimum or 0)}")
-    return value
-
-
-def _number(table: dict, name: str, default: float, key: str) -> float:
-    value = table.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{key}.{name}", f"must be a finite number, got {value!r}", f"e.g. {name} = {default}")
-    return float(value)
-
-
-def _bool(table: dict, name: str, default: bool, key: str) -> bool:
-    value = table.get(name, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}.{name}", f"must be true or false, got {value!r}",
-                          f"e.g. {name} = {str(default).lower()}")
-    return value
 
 
 def _optional_str(table: dict, name: str, key: str) -> str | None:

@@ -17,10 +17,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loadgen.errors import ConfigError
+from loadgen.keys import Key
 from loadgen.prompts import Conversation, Prompt
 
 MAX_TURNS = 100          # a session longer than this is a typo (and a context window past any server's)
 MAX_THINK_S = 3600.0
+# A conversation source's own keys (kind = "conversation"; an agent's sessions take `tasks` too)
+CONVERSATION_KEYS = (
+    Key("turns", (int, dict), {"min": 2, "max": 6}, f"conversation: turns a session has, 1 to {MAX_TURNS}: a count, "
+        "{ min, max } (uniform) or { mean[, max] } (geometric)"),
+    Key("think_time_s", (float, dict), 0.0, f"conversation: a user's pause before each next turn, 0 to "
+        f"{MAX_THINK_S:g} s, spread like turns"),
+    Key("tasks", list, ["code", "prose"], "conversation, agent: the built-in kinds a session opens with"),
+)
+_DEFAULT = {k.name: k.default for k in CONVERSATION_KEYS}
 
 # Follow-ups people send after an answer, by the opening task's kind (others: GENERAL). None starts with a family's
 # instruction verb, so a session keeps its task family (loadgen/emulator/promptinfo.py) unless the user changes it.
@@ -83,14 +93,15 @@ class ConversationConfig:
 def parse_conversation(entry: dict, key: str, builtin_kinds: tuple[str, ...]) -> ConversationConfig:
     """The conversation keys of a source (`turns`, `think_time_s`, `tasks`); ConfigError naming the key."""
     return ConversationConfig(
-        turns=_spread(entry.get("turns", {"min": 2, "max": 6}), f"{key}.turns", 1, MAX_TURNS, whole=True),
-        think_time_s=_spread(entry.get("think_time_s", 0.0), f"{key}.think_time_s", 0.0, MAX_THINK_S, whole=False),
+        turns=_spread(entry.get("turns", _DEFAULT["turns"]), f"{key}.turns", 1, MAX_TURNS, whole=True),
+        think_time_s=_spread(entry.get("think_time_s", _DEFAULT["think_time_s"]), f"{key}.think_time_s", 0.0,
+                             MAX_THINK_S, whole=False),
         tasks=parse_tasks(entry, key, builtin_kinds))
 
 
 def parse_tasks(entry: dict, key: str, builtin_kinds: tuple[str, ...]) -> tuple[str, ...]:
     """A session source's `tasks`: the built-in kinds its sessions open with (code and prose by default)."""
-    tasks = entry.get("tasks", ["code", "prose"])
+    tasks = entry.get("tasks", _DEFAULT["tasks"])
     if (not isinstance(tasks, list) or not tasks or len(set(tasks)) != len(tasks)
             or any(t not in builtin_kinds for t in tasks)):
         raise ConfigError(f"{key}.tasks", f"must be a non-empty list of distinct built-in kinds, got {tasks!r}",

@@ -7,17 +7,28 @@ experiment file or `--slo`, checks it, and says how many requests a clear call n
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from loadgen.errors import ConfigError
+from loadgen.keys import Bounds, Key, Keys, StrictTable
 
 # z of the two-sided 95% Wilson score interval that SQL puts around each attainment (views.sql `wilson_*`).
 WILSON_Z = 1.96
 LINES = ("ttft_ms", "tpot_ms", "e2e_s")
+_LINE, _SHARE = Bounds(0, above=True), Bounds(0, 1, above=True, what="a share")
+SLO = Keys("slo", "What an acceptable experience is (or `--slo ttft_ms=2000,tpot_ms=100`): at least one "
+           "per-request line; each step passes or fails it (docs/capacity-search.md).", (
+    Key("ttft_ms", float, None, "per request: time to first token, ms", _LINE),
+    Key("tpot_ms", float, None, "per request: mean time per output token after the first, ms", _LINE),
+    Key("min_decode_tok_s", float, None, "tpot_ms said as a rate: tpot_ms = 1000 / min_decode_tok_s", _LINE),
+    Key("e2e_s", float, None, "per request: send to last byte, s", _LINE),
+    Key("attainment", float, 0.9, "share of measured requests that must meet every line", _SHARE, "e.g. 0.9 for 90%"),
+    Key("max_error_rate", float, 0.01, "share of measured requests that may fail (http error, timeout, ...)", _SHARE,
+        "e.g. 0.01 for 1%"),
+))
 
 
 @dataclass(frozen=True)
@@ -63,27 +74,17 @@ def _duration(seconds: float) -> str:
 def parse_slo(raw: dict[str, Any], key: str = "slo") -> Slo:
     """An [slo] table (or the pairs of `--slo`); at least one per-request line. min_decode_tok_s is the same
     line as tpot_ms, said as a rate (tpot_ms = 1000 / min_decode_tok_s)."""
-    known = (*LINES, "min_decode_tok_s", "attainment", "max_error_rate")
-    values: dict[str, float] = {}
-    for name, value in raw.items():
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-            hint = f"did you mean `{close[0]}`? " if close else ""
-            raise ConfigError(f"{key}.{name}", "unknown key", f"{hint}known keys here: {', '.join(known)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ConfigError(f"{key}.{name}", f"must be a number > 0, got {value!r}")
-        values[name] = float(value)
-    if "min_decode_tok_s" in values:
-        if "tpot_ms" in values:
+    t = StrictTable(raw, key, SLO)
+    values = {name: t.read(name) for name in SLO.names}
+    t.done()
+    rate = values.pop("min_decode_tok_s")
+    if rate is not None:
+        if values["tpot_ms"] is not None:
             raise ConfigError(f"{key}.min_decode_tok_s", "says the same as tpot_ms", "give one of the two")
-        values["tpot_ms"] = 1000.0 / values.pop("min_decode_tok_s")
-    if not any(line in values for line in LINES):
+        values["tpot_ms"] = 1000.0 / rate
+    if all(values[line] is None for line in LINES):
         raise ConfigError(key, "has no per-request line", "set at least one of ttft_ms, tpot_ms (or "
                           "min_decode_tok_s), e2e_s, e.g. ttft_ms = 2000")
-    for name in ("attainment", "max_error_rate"):
-        if values.get(name, 0.5) > 1:
-            raise ConfigError(f"{key}.{name}", f"is a share, at most 1; got {values[name]:g}",
-                              "e.g. 0.9 for 90%")
     return Slo(**values)
 
 

@@ -82,7 +82,7 @@ def test_the_cycle_finder_finds_a_loop():
 
 
 # What each wing of loadgen/ may import (README "Layout"), bottom up: a wing reads only wings below it, so no two
-# wings import each other. The root leaves (clock, errors, values) import no wing; prompts, results and servers
+# wings import each other. The root leaves (clock, errors, values, keys) import no wing; prompts, results and servers
 # only the leaves; the emulator stands beside the client as a server would and shares only the server helpers;
 # config holds the vocabulary every wing above reads (flavours, arrivals, ramps, the SLO); plan is the pure
 # next-step function the driver runs on servers and the twin in virtual time; the client measures; the twin
