@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -125,7 +126,8 @@ def fit_twin(source: Source, hardware: str | None = None, model: str | None = No
         mp = dataclasses.replace(mp, natural_output_mean=max(1.0, source.mean_completion))
     base = Twin({"run": source.run_id, "target": source.target, "results": source.results, "server": source.server,
                  "emulated": source.emulated, "fit_levels": [lv.concurrency for lv in source.levels],
-                 "loadgen_version": __version__, "prompts": source.prompts_raw},
+                 "loadgen_version": __version__, "prompts": source.prompts_raw,
+                 "fitted_on": time.strftime("%Y-%m-%d"), "model": source.model},
                 float((source.info.get("emulator") or {}).get("time_scale") or 1.0), server, hw, mp, ap,
                 source.lengths, source.max_new_tokens)
     base, accept_note = _with_acceptance(base, source, [lv.concurrency for lv in source.levels])
