@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from loadgen.errors import ConfigError
 from loadgen.results import analysis, answer
 from loadgen.results.drift import drift_lines, node_label
 from loadgen.results.schema import batch_from_rows
 from loadgen.twin.model import DRIFT_FLOOR, FitError, load_twin
+from loadgen.twin.refit import check_same, find_run
 from sqlfixtures import Results, ns
 from twinkit import hidden_profile
 
@@ -101,3 +105,25 @@ def test_a_resumed_run_counts_its_newest_check(tmp_path):
     con = analysis.open_results(folder, ["r1"])
     spark2 = [r for r in analysis.run_query(con, "twin_drift").to_pylist() if r["target"] == "spark2"]
     assert [r["predicted_run"] for r in spark2] == ["r1-twin-2"] and spark2[0]["drift"] is False
+
+
+def test_refit_bad_input_is_one_line(tmp_path):
+    """No run of the twin's node, several nodes that watched it, a run of another model or draft: each a
+    ConfigError naming the fix (the CLI prints it as one line)."""
+    twin_file = hidden_profile(3, tmp_path / "hidden", "mtp").truth
+    twin = load_twin(twin_file)
+    folder = _folder(tmp_path / "results", {"spark1": 100.0, "spark2": 100.0})
+    with pytest.raises(ConfigError, match="watched truth.toml .watch_twin. or is named 'truth'.*--run ID --target T"):
+        find_run(str(folder), twin_file.resolve(), twin, None, None)
+    watched = Path("/twins/mtp.toml")   # both nodes of run r1 watched it
+    with pytest.raises(ConfigError, match=r"run r1 has 2 targets of this twin \(spark1, spark2\).*--target"):
+        find_run(str(folder), watched, twin, None, None)
+    assert find_run(str(folder), watched, twin, None, "spark2") == ("r1", "spark2")
+    other = dataclasses.replace(twin, source={**twin.source, "model": "Qwen/Qwen3.8-27B-NVFP4"})
+    source = SimpleNamespace(model="meta/llama-70b", results=str(folder), run_id="r1", target="spark2",
+                             algorithm="NEXTN", draft_tokens=4)
+    with pytest.raises(ConfigError, match="served meta/llama-70b, the twin Qwen/Qwen3.8-27B-NVFP4.*loadgen twin fit"):
+        check_same(other, source)
+    source.model, source.algorithm, source.draft_tokens = "Qwen/Qwen3.8-27B-NVFP4", "DFLASH", 8
+    with pytest.raises(ConfigError, match="runs DFLASH with 8 draft tokens, the twin NEXTN with 4"):
+        check_same(other, source)
