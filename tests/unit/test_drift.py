@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from loadgen.config import Experiment, parse_experiment
+from loadgen.driver.twinwatch import watched
 from loadgen.errors import ConfigError
 from loadgen.results import analysis, answer
 from loadgen.results.drift import drift_lines, node_label
@@ -127,3 +129,20 @@ def test_refit_bad_input_is_one_line(tmp_path):
     source.model, source.algorithm, source.draft_tokens = "Qwen/Qwen3.8-27B-NVFP4", "DFLASH", 8
     with pytest.raises(ConfigError, match="runs DFLASH with 8 draft tokens, the twin NEXTN with 4"):
         check_same(other, source)
+
+
+def test_watch_twin_bad_input_names_the_key_and_the_fix(tmp_path):
+    def exp(target: dict) -> Experiment:
+        return parse_experiment({"load": {"concurrency": [1]}, "targets": [target]}, tmp_path)
+
+    with pytest.raises(ConfigError, match=r"targets\[0\]\.watch_twin.*twin file not found.*loadgen twin fit"):
+        exp({"name": "a", "url": "http://127.0.0.1:1", "watch_twin": "missing.toml"})
+    twin_file = hidden_profile(3, tmp_path / "hidden", "mtp").truth
+    with pytest.raises(ConfigError, match="a twin target is the prediction itself"):
+        exp({"name": "a", "twin": str(twin_file), "watch_twin": str(twin_file)})
+    (tmp_path / "not-a-twin.toml").write_text("[twin]\n")
+    bad = exp({"name": "a", "url": "http://127.0.0.1:1", "watch_twin": "not-a-twin.toml"})
+    with pytest.raises(ConfigError, match=r"targets\[0\]\.watch_twin.*is not a twin file"):
+        watched(bad)
+    good = exp({"name": "a", "url": "http://127.0.0.1:1", "watch_twin": str(twin_file)})
+    assert list(watched(good)) == ["a"]
