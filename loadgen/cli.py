@@ -177,8 +177,13 @@ def _twin_predict(args: argparse.Namespace) -> int:
     return predict_command(args)
 
 
+def _twin_refit(args: argparse.Namespace) -> int:
+    from loadgen.twin.refit import refit_command
+    return refit_command(args)
+
+
 def _twin_parser(sub: Any) -> None:
-    """`loadgen twin fit | predict` (docs/twin.md)."""
+    """`loadgen twin fit | predict | refit` (docs/twin.md)."""
     twin = sub.add_parser("twin", help="a twin of a measured target: fit it from a run, predict in virtual time")
     verbs = twin.add_subparsers(dest="verb", required=True)
     p = verbs.add_parser("fit", help="fit a twin to one target's measured levels of a run (>= 2 levels)")
@@ -210,6 +215,14 @@ def _twin_parser(sub: Any) -> None:
     p.add_argument("--name", help="--twin: the target's name (default: the twin's source target)")
     p.add_argument("--results", help="results folder (default: run.results in the file, else ./results)")
     p.set_defaults(func=_twin_predict)
+    p = verbs.add_parser("refit", help="fit a twin again from a newer run of its node, with the drift shown")
+    p.add_argument("twin", help="the twin file to refit (written in place, the old one kept beside it)")
+    p.add_argument("--results", default="results", help="results folder (default ./results)")
+    p.add_argument("--run", help="the run to refit from (default: the newest with a target that watched this twin "
+                   "or is named as its source's)")
+    p.add_argument("--target", help="the target of that run (default: the one that watched this twin)")
+    p.add_argument("-o", "--output", help="write the refit twin here instead, leaving TWIN unchanged")
+    p.set_defaults(func=_twin_refit)
 
 
 def _plan(args: argparse.Namespace) -> int:

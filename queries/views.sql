@@ -763,3 +763,30 @@ SELECT DISTINCT run_id, target, server_info->>'$.twin.source_run' AS source_run,
        server_info->>'$.twin.what_if' AS what_if
 FROM steps
 WHERE predicted;
+
+-- A measured target that watches its twin (`watch_twin`, docs/twin.md): the twin's prediction of each measured level
+-- (schema 8's twin_checks; a folder of older runs only has no files: an empty table of the same columns), the
+-- newest check of a run when a resume checked it again.
+SET VARIABLE twin_check_files = (SELECT count(*) FROM glob(getvariable('results') || '/twin_checks/run_id=*/*.parquet'));
+CREATE OR REPLACE VIEW twin_checks AS
+FROM query(if(getvariable('twin_check_files') > 0, 'FROM results_table(''twin_checks'')',
+    'SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS target, NULL::VARCHAR AS node, NULL::INTEGER AS concurrency,
+            NULL::VARCHAR AS metric, NULL::DOUBLE AS predicted, NULL::DOUBLE AS band_pct, NULL::VARCHAR AS twin_file,
+            NULL::VARCHAR AS twin_source, NULL::VARCHAR AS twin_date, NULL::VARCHAR AS predicted_run,
+            NULL::BIGINT AS checked_at_ns WHERE false'))
+QUALIFY rank() OVER (PARTITION BY run_id, target ORDER BY checked_at_ns DESC) = 1;
+
+-- Drift: each checked level beside its measurement (level_metrics). off_pct = 100 (measured / predicted - 1), how
+-- far the node is from its own twin; drift when |off_pct| is above the twin's band (band_pct: twice its
+-- leave-one-level-out error of the metric, at least 20%: loadgen.twin.model.Twin.band).
+CREATE OR REPLACE VIEW twin_drift AS
+SELECT c.run_id, c.target, c.node, c.concurrency, c.metric, c.predicted, m.measured,
+       pct_change(m.measured, c.predicted) AS off_pct, c.band_pct,
+       abs(pct_change(m.measured, c.predicted)) > c.band_pct AS drift,
+       c.twin_file, c.twin_source, c.twin_date, c.predicted_run, m.requests AS measured_requests, m.emulated
+FROM twin_checks c
+JOIN (SELECT run_id, target, concurrency, requests, emulated, unnest(['tok_s', 'tpot_p50_ms']) AS metric,
+             unnest([tok_s, tpot_p50]) AS measured
+      FROM level_metrics WHERE NOT predicted AND rate IS NULL) m
+  ON m.run_id = c.run_id AND m.target = c.target AND m.concurrency = c.concurrency AND m.metric = c.metric
+WHERE m.measured IS NOT NULL AND c.predicted > 0;

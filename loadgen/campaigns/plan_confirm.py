@@ -1,8 +1,9 @@
 """`loadgen plan --confirm NAME=URL`: one real node per configuration measured at the plan's load per node and one
 level above it (a user more; a rate 25% higher, open loop), judged by the run's own SLO verdicts (views.sql
-level_slo), beside the twin's prediction of the same levels (a predicted run of the same target name in the same
-folder, so `loadgen query twin_error` keeps the plan's error as it keeps a twin's). The plan holds for a
-configuration when its node met the SLO at its planned load.
+level_slo), beside the twin's prediction of the same levels (the node's target watches its twin, `watch_twin`: a
+predicted run of the same target name in the same folder, so `loadgen query twin_error` keeps the plan's error as it
+keeps a twin's, and a node off its twin is named by the shared drift rule, views.sql twin_drift). The plan holds for
+a configuration when its node met the SLO at its planned load.
 """
 
 from __future__ import annotations
@@ -19,13 +20,10 @@ from loadgen.config import parse_experiment
 from loadgen.driver import reach
 from loadgen.driver.runner import run_experiment
 from loadgen.results import analysis
+from loadgen.results.drift import drift_lines, drift_rows
 from loadgen.twin.commands import error_lines
-from loadgen.twin.model import Twin
-from loadgen.twin.predict import run_predicted
 
 RATE_ABOVE = 1.25     # a rate plan's level above is this much more
-DRIFT_FLOOR = 0.20    # a node is named off its twin beyond this at the least: a level's tok/s is one draw of it
-                      # (a healthy emulated node measured 12% off its twin at one level on a busy 2-core machine)
 
 
 @dataclass(frozen=True)
@@ -82,48 +80,34 @@ def _confirm_one(plan: Plan, p: ConfigPlan, url: str, experiment: dict[str, Any]
         load = Demand(math.ceil(demand.amount / p.fleet.nodes))
         levels = {"concurrency": [int(load.amount), int(load.amount) + 1]}
     above = float((levels.get("rates") or levels["concurrency"])[1])
+    watch = {} if demand.rate else {"watch_twin": p.config.twin_file}   # a twin predicts closed-loop levels only
     window = {k: v for k, v in experiment.get("load", {}).items()
               if k in ("warmup_s", "measure_s", "min_measured_requests", "drain_timeout_s", "max_measure_s")}
     base = {"load": {**window, **levels}, "prompts": experiment.get("prompts", {}),
             "slo": {k: v for k, v in vars(plan.slo).items() if v is not None}}
     exp = parse_experiment({**base, "run": {"name": f"plan-confirm-{name}"},
-                            "targets": [{"name": name, "url": url}]}, Path("."), "--confirm")
+                            "targets": [{"name": name, "url": url, **watch}]}, Path("."), "--confirm")
     reach.check_targets(exp)
     log(f"{name}: measuring one node at {load.number()} {load.unit} (the plan's load per node) and "
         f"{load.number(above)} at {url}")
     result = run_experiment(exp, str(results), log=lambda line: log(f"  {line}"))
     verdicts = analysis.level_verdicts(results, result.run_id, [name])[name]
     passed = {float(level): v.passed for level, v in verdicts.items()}
-    if demand.rate:   # twin predict runs closed-loop levels only: nothing to set beside an open-loop measurement
+    if demand.rate:
         return Confirmation(name, load, above, passed, result.run_id, None,
                             ["no twin_error: a twin predicts closed-loop levels only"])
-    predicted = run_predicted(parse_experiment({**base, "run": {"name": f"plan-predicted-{name}"},
-                                                "targets": [{"name": name, "twin": {"profile": p.config.twin_file}}]},
-                                               Path("."), "--confirm"), results, log=lambda _: None)
+    con = analysis.open_results(results, [result.run_id])
+    rows = drift_rows(con)   # the run's target watched its twin: its prediction of the same levels, the band
+    con.close()
+    predicted = rows[0]["predicted_run"] if rows else ""
     con = analysis.open_results(results)
     errors = error_lines(con, predicted, result.run_id)
-    rows = analysis.run_query(con, "twin_error", {"predicted_run": predicted, "measured_run": result.run_id})
     con.close()
+    found = drift_lines(rows)
     return Confirmation(name, load, above, passed, result.run_id, predicted, errors,
-                        drift(name, url, p.config.twin, rows.to_pylist()))
+                        f"{found[0]} ({url}); refit the twin from this run before planning on it" if found else None)
 
 
 def _at(passed: dict[float, bool], level: float) -> bool | None:
     """The verdict at `level` (a rate as the run recorded it: to a part in a thousand)."""
     return next((v for k, v in passed.items() if abs(k - level) <= 1e-3 * max(1.0, level)), None)
-
-
-def drift(name: str, url: str, twin: Twin, rows: list[dict]) -> str | None:
-    """The node named when its tok/s at a measured level is off its twin's by more than the twin's band: twice its
-    leave-one-level-out tok/s error (the RMS of its log errors), at least DRIFT_FLOOR; None when every level is
-    inside (twin_error's rows of the confirming run)."""
-    spread = twin.error.spread.get("tok_s", 0.0) if twin.error else 0.0
-    band = max(2 * spread, DRIFT_FLOOR)
-    worst = max((r for r in rows if r["metric"] == "tok_s" and r["measured"]),
-                key=lambda r: abs(math.log(r["predicted"] / r["measured"])), default=None)
-    if worst is None or abs(math.log(worst["predicted"] / worst["measured"])) <= math.log(1 + band):
-        return None
-    off = 100 * (worst["measured"] / worst["predicted"] - 1)
-    return (f"{name} at {url} serves {abs(off):.0f}% {'below' if off < 0 else 'above'} its twin "
-            f"({twin.describe_source()}) at C = {worst['concurrency']:g}, beyond its {100 * band:.0f}% band: the box "
-            "or the server changed since the fit; refit the twin from this run before planning on it")

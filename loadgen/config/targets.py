@@ -95,6 +95,8 @@ TARGET = Keys("targets", "One server driven, a [[targets]] table each: exactly o
     Key("spec_details", bool, None, "openai-*: ask for SGLang's spec_tokens_details", shown="if SGLang >= 0.5.23"),
     *TELEMETRY_KEYS,
     Key("cost", dict, None, "[targets.cost]: this target's prices, key by key over [cost]"),
+    Key("watch_twin", str, None, "a url or [emulator] target's own twin file, relative to the experiment file: "
+        "every run checks the node against it (docs/twin.md)"),
 ))
 
 
@@ -114,6 +116,7 @@ class TargetConfig:
     telemetry_gpus: tuple[str, ...] | None = None   # the GPUs (index or UUID) that serve it; None: every one shown
     twin: TwinRef | None = None      # [targets.twin]: a twin run in virtual time instead of a server
     cost: Prices | None = None       # [cost] with this target's [targets.cost] over it, key by key; None: no prices
+    watch_twin: str | None = None    # a measured target's own twin file: each level is checked against it (drift)
 
 
 def parse_target(raw: Any, key: str, base_dir: Path, cost: dict | None = None) -> TargetConfig:
@@ -144,11 +147,27 @@ def parse_target(raw: Any, key: str, base_dir: Path, cost: dict | None = None) -
     openai = _openai_options(t, key, flavor)
     telemetry, gpus = telemetry_options(t, key)
     own_cost = t.read("cost")
+    watch = watch_twin(t, key, base_dir, twin is None)
     t.done()
     prices = None if cost is None and own_cost is None else read_prices({**(cost or {}), **(own_cost or {})},
                                                                          f"{key}.cost")
     return TargetConfig(name, flavor, url, args, node, api_key_env, api_key_file, *openai, telemetry, gpus,
-                        twin=twin, cost=prices)
+                        twin=twin, cost=prices, watch_twin=watch)
+
+
+def watch_twin(t: StrictTable, key: str, base_dir: Path, measured: bool) -> str | None:
+    """`watch_twin = "mtp.toml"`: the twin a measured target should match (resolved; the file must exist)."""
+    raw = t.read("watch_twin")
+    if raw is None:
+        return None
+    if not measured:
+        raise ConfigError(f"{key}.watch_twin", "a twin target is the prediction itself: it watches no twin",
+                          "give watch_twin to a url or [emulator] target")
+    path = (base_dir / raw).resolve()
+    if not path.is_file():
+        raise ConfigError(f"{key}.watch_twin", f"twin file not found: {path}",
+                          "write one with `loadgen twin fit --results R --run ID -o FILE`")
+    return str(path)
 
 
 def telemetry_options(t: StrictTable, key: str) -> tuple[str | None, tuple[str, ...] | None]:

@@ -25,7 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loadgen.clock import now_ns
 from loadgen.config import Experiment, TargetConfig
-from loadgen.driver import stop, twinseed
+from loadgen.driver import stop, twinseed, twinwatch
 from loadgen.driver.bringup import Target, bring_up, tear_down
 from loadgen.driver.context import START_DELAY_S, RunContext, StepAborted, actor
 from loadgen.driver.placement import LocalPlacement, placement_for
@@ -66,6 +66,7 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
     results = Path(results_dir).resolve()
     check_writable(results)   # a full or read-only folder is refused before any load
     exp = twinseed.seeded(exp, results, log)   # search_start = "twin": each target's predicted start
+    twinwatch.watched(exp)   # watch_twin: a file that is not a twin stops the run before any load
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     # the sink runs on the driver's node: results are written where the job was started
     sink_name = f"loadgen-sink-{run_id}-{uuid.uuid4().hex[:6]}"
@@ -86,6 +87,8 @@ def run_experiment(exp: Experiment, results_dir: str, log: Callable[[str], None]
         except StepAborted as exc:
             status, reason = "incomplete", f"stopped: {exc}"
             log(f"run {run_id} {reason}")
+        stop.during("the twin check")
+        twinwatch.record(exp, run_id, results, sink, log)   # watch_twin: each level against the target's twin
         if report is not None:
             stop.check()  # a stop signal during the last tear-down: no answer to print
             flush(sink)   # every row on disk for the answer's queries

@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 
 from loadgen.results import analysis
+from loadgen.results.drift import drift_lines, drift_rows, refit_hint  # a node off its own twin
 from loadgen.results.gpu_answer import cost_lines, energy_lines, hardware_lines  # GPU telemetry, when the run has it
 from loadgen.results.slo_answer import capacity_lines  # the capacity at the SLO, when the run has one
 from loadgen.values import WIDTH, fitted
@@ -270,7 +271,8 @@ def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -
     """What the job prints after a run: headlines, then a table per comparison, then the command for the rest
     (the summary files' folder is the job's last line)."""
     found = comparisons(con)
-    words = fleet_lines(con)   # a node off its fleet first
+    drift = drift_rows(con)
+    words = fleet_lines(con) + drift_lines(drift)   # a node off its fleet, or off its own twin, first
     words += [f"{c.other} vs {c.baseline}: {c.headline}" for c in found] or [
         "one series only: nothing to compare (add a second target to compare algorithms)"]
     words += hardware_lines(con) + capacity_lines(con) + [f"energy: {line}" for line in energy_lines(con)]
@@ -284,6 +286,9 @@ def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -
         lines += ["", fitted(f"{c.other} vs {c.baseline} (n = measured requests, {c.baseline}/{c.other}; "
                              "acc = acceptance length; change = tok/s vs the baseline):"), table(c)]
     # the command on a line of its own, whole, to be copied (the results folder is the user's: any length)
+    if refits := refit_hint(drift, results_dir):
+        lines += ["", "refit a drifted twin from this run (loadgen twin refit; docs/twin.md):"]
+        lines += [f"  {command}" for command in refits]
     lines += ["", "full tables (latency_by_concurrency and the rest: loadgen query --list):",
               f"  loadgen query compare_algorithms --results {results_dir} --run {run_id}"]
     return "\n".join(lines)
@@ -299,13 +304,14 @@ def write_summary(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str,
     found = comparisons(con)
     folder = summary_dir(results_dir, run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    fleet, cost = fleet_lines(con), cost_lines(analysis.run_query(con, "cost").to_pylist())
+    fleet, drift = fleet_lines(con), drift_lines(drift_rows(con))
+    cost = cost_lines(analysis.run_query(con, "cost").to_pylist())
     reasoning = reasoning_lines(con)
-    data = {"run_id": run_id, "status": status, "fleet": fleet, "capacity": capacity_lines(con),
+    data = {"run_id": run_id, "status": status, "fleet": fleet, "drift": drift, "capacity": capacity_lines(con),
             "hardware": hardware_lines(con), "energy": energy_lines(con), "cost": cost, "reasoning": reasoning,
             "comparisons": [asdict(c) for c in found]}
     (folder / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
-    md = [f"# {run_id} ({status})", ""] + [f"- **{line}**" for line in fleet]
+    md = [f"# {run_id} ({status})", ""] + [f"- **{line}**" for line in fleet + drift]
     md += [f"- **{c.other} vs {c.baseline}**: {c.headline}" for c in found] + [
         f"- **{line}**" for line in hardware_lines(con)] + [f"- {line}" for line in capacity_lines(con)] + [
         f"- energy: {line}" for line in energy_lines(con)] + [f"- {line}" for line in cost + reasoning]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 7  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
+SCHEMA_VERSION = 8  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
                     # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
                     # 5: requests.prompt_tokens_target
                     # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md); requests.resent;
@@ -19,6 +19,7 @@ SCHEMA_VERSION = 7  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.pr
                     #    steps.level_start, steps.level_end (ramps); steps.predicted (a twin's prediction)
                     # 7: requests.t_first_answer_ns, reasoning_tokens, reasoning_from (reasoning models);
                     #    requests.turn_kind (agent sessions)
+                    # 8: twin_checks (a measured target's twin beside it: docs/twin.md, "A twin that watches")
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -195,6 +196,23 @@ GPU_SAMPLES = pa.schema([
     ("thermal_violation_s", pa.float64()),  # ... a thermal limit
 ])
 
+# A measured target that watches its twin (`watch_twin`): the twin's prediction of each of its measured levels, one
+# row per level and metric, written by the driver after the run's steps (views.sql twin_drift judges them).
+TWIN_CHECKS = pa.schema([
+    ("run_id", pa.string()),            # the measured run
+    ("target", pa.string()),
+    ("node", pa.string()),
+    ("concurrency", pa.int32()),
+    ("metric", pa.string()),            # tok_s | tpot_p50_ms (level_metrics' figures)
+    ("predicted", pa.float64()),        # the twin's figure at the level, under the run's own window and prompts
+    ("band_pct", pa.float64()),         # the twin's drift band: off by more than this names the node
+    ("twin_file", pa.string()),         # the twin file the target watches
+    ("twin_source", pa.string()),       # what it was fitted from, in words (Twin.describe_source)
+    ("twin_date", pa.string()),         # when it was fitted (YYYY-MM-DD)
+    ("predicted_run", pa.string()),     # the prediction as a run of its own (twin_error pairs it with this run)
+    ("checked_at_ns", pa.int64()),      # when the rows were written: a resumed run's newest check counts
+])
+
 TABLES: dict[str, pa.Schema] = {
     "runs": RUNS,
     "steps": STEPS,
@@ -203,6 +221,7 @@ TABLES: dict[str, pa.Schema] = {
     "server_samples": SERVER_SAMPLES,
     "client_samples": CLIENT_SAMPLES,
     "gpu_samples": GPU_SAMPLES,
+    "twin_checks": TWIN_CHECKS,
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -116,16 +117,22 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+Priors = tuple[HardwareProfile, ModelProfile, AlgorithmProfile]
+
+
 def fit_twin(source: Source, hardware: str | None = None, model: str | None = None, algorithm: str | None = None,
-             draft_tokens: int | None = None, log: Callable[[str], None] = lambda _: None) -> Twin:
-    """The twin of `source`'s target, with its in-sample and leave-one-level-out error."""
-    hw, mp, ap = base_profiles(source, hardware, model, algorithm)
+             draft_tokens: int | None = None, log: Callable[[str], None] = lambda _: None,
+             priors: Priors | None = None) -> Twin:
+    """The twin of `source`'s target, with its in-sample and leave-one-level-out error; `priors`: the profiles to
+    start from instead of the base ones (a refit starts from the old twin's)."""
+    hw, mp, ap = priors or base_profiles(source, hardware, model, algorithm)
     server = server_side(source, ap, mp, draft_tokens)
     if not source.ignore_eos:   # natural stops: the output length the server chose, as a mean
         mp = dataclasses.replace(mp, natural_output_mean=max(1.0, source.mean_completion))
     base = Twin({"run": source.run_id, "target": source.target, "results": source.results, "server": source.server,
                  "emulated": source.emulated, "fit_levels": [lv.concurrency for lv in source.levels],
-                 "loadgen_version": __version__, "prompts": source.prompts_raw},
+                 "loadgen_version": __version__, "prompts": source.prompts_raw,
+                 "fitted_on": time.strftime("%Y-%m-%d"), "model": source.model},
                 float((source.info.get("emulator") or {}).get("time_scale") or 1.0), server, hw, mp, ap,
                 source.lengths, source.max_new_tokens)
     base, accept_note = _with_acceptance(base, source, [lv.concurrency for lv in source.levels])
@@ -141,6 +148,12 @@ def fit_twin(source: Source, hardware: str | None = None, model: str | None = No
     twin = dataclasses.replace(twin, error=_fit_error(in_sample, loo),
                                fitted=_fitted(problem.params, x, x0, sd, accept_note))
     return twin
+
+
+def figures_at(twin: Twin, source: Source) -> dict[int, dict[str, float]]:
+    """The twin's figures at each of `source`'s measured levels, under that step's own window (as the fit sees it)."""
+    problem = _Problem(source.workload, [])
+    return {lv.concurrency: problem.figures(twin, lv) for lv in source.levels}
 
 
 def _with_acceptance(twin: Twin, source: Source, levels: Sequence[int]) -> tuple[Twin, str]:

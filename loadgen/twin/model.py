@@ -20,6 +20,8 @@ from loadgen.prompts.length import LengthFit, LengthModel
 
 LIMIT_PCT = 15.0     # a twin whose error is above this says so in one line (docs/twin.md: reading its error)
 METRICS = ("tok_s", "ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "accept_len")
+DRIFT_METRICS = ("tok_s", "tpot_p50_ms")   # a node is named off its twin on these (TTFT at low C is the noisiest)
+DRIFT_FLOOR = 0.20   # a drift band is at least this wide: one level's figure is one draw of it (docs/twin.md)
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,16 @@ class Twin:
 
     def prompt_tokens(self, kind: str, texts: tuple[str, ...]) -> int:
         return max(1, round(self.lengths.fit(kind).estimate(texts)))
+
+    def band(self, metric: str) -> float:
+        """The drift band of `metric` (a fraction): twice the fit's leave-one-level-out spread (the RMS of its log
+        errors), at least DRIFT_FLOOR; a measured level off the twin by more than it names the node."""
+        spread = self.error.spread.get(metric, 0.0) if self.error else 0.0
+        return max(2 * spread, DRIFT_FLOOR)
+
+    def fitted_on(self) -> str:
+        """The date the twin was fitted (YYYY-MM-DD), else its source run's id (twins fitted before it was kept)."""
+        return str(self.source.get("fitted_on") or f"run {self.source.get('run')}")
 
     def describe_source(self) -> str:
         s = self.source

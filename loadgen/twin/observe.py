@@ -110,6 +110,11 @@ class Source:
         return str(self.info.get("server") or "sglang")
 
     @property
+    def model(self) -> str:
+        """The model the server says it serves (empty when it does not say)."""
+        return str(self.info.get("served_model_name") or self.info.get("model_path") or "")
+
+    @property
     def streams_every_step(self) -> bool:
         """SGLang streaming every step (stream_interval 1): a frame's tokens are one verify step's."""
         return self.server == "sglang" and int(self.info.get("stream_interval") or 1) == 1

@@ -11,7 +11,6 @@ import pytest
 
 from loadgen.campaigns.plan import RATE_STEPS, capacity, largest_passing, make_plan, one_user_rate, protocol, seed_for
 from loadgen.campaigns.plan_command import parse_urls, plan_text, read_costs
-from loadgen.campaigns.plan_confirm import drift
 from loadgen.campaigns.plan_fleet import Demand, run_fleet
 from loadgen.cli import main
 from loadgen.config.cost import Prices
@@ -157,23 +156,6 @@ def test_confirm_urls_name_a_planned_configuration():
     for bad in ("h100=http://127.0.0.1:1", "http://127.0.0.1:1", "mtp="):
         with pytest.raises(ConfigError, match="is not NAME=URL of a configuration planned"):
             parse_urls([bad], ["mtp", "dflash2"])
-
-
-def test_drift_names_a_node_off_its_twin_beyond_its_band(configs):
-    twin = dataclasses.replace(configs["mtp-a"].twin, error=FitError({}, {}, "", {"tok_s": 0.15}))   # band 30%
-
-    def rows(measured: float) -> list[dict]:
-        return [{"metric": "tok_s", "concurrency": 8.0, "predicted": 100.0, "measured": 100.0},
-                {"metric": "tok_s", "concurrency": 9.0, "predicted": 100.0, "measured": measured},
-                {"metric": "ttft_p90_ms", "concurrency": 9.0, "predicted": 100.0, "measured": 300.0}]
-
-    assert drift("spark2", "http://127.0.0.1:1", twin, rows(80.0)) is None       # 20% below: inside 30%
-    line = drift("spark2", "http://127.0.0.1:1", twin, rows(70.0))
-    assert line is not None and line.startswith("spark2 at http://127.0.0.1:1 serves 30% below its twin")
-    assert "at C = 9, beyond its 30% band" in line
-    floor = dataclasses.replace(twin, error=None)    # no fit error recorded: the floor, 20%
-    assert drift("spark2", "http://127.0.0.1:1", floor, rows(88.0)) is None
-    assert drift("spark2", "http://127.0.0.1:1", floor, rows(80.0)) is not None
 
 
 def test_cli_prints_the_plan_and_one_line_for_bad_input(configs, tmp_path, capsys):

@@ -22,7 +22,7 @@ SeriesKey = tuple[str, str, str | None, int | None]   # run_id, target, algorith
 
 QUERIES = ("runs", "compare_algorithms", "crossover", "repeats", "confounders", "acceptance_by_kind",
            "acceptance_by_position", "acceptance_sources", "throughput_by_concurrency", "latency_by_concurrency",
-           "errors_by_class", "client_health", "fleet_nodes", "hardware", "gpu_by_step", "energy", "cost",
+           "errors_by_class", "client_health", "fleet_nodes", "twin_drift", "hardware", "gpu_by_step", "energy", "cost",
            "by_turn", "prefix_cache")
 # The SLO layer (capacity at an SLO, the search's probes, the Pareto frontier): used when queries/ has it.
 SLO_QUERIES = ("goodput", "capacity", "pareto")
@@ -80,7 +80,7 @@ def load_report(results_dir: str | Path, run_ids: list[str] | None = None) -> Re
     slo = _slo(con)
     if not slo:                  # without SLO lines every ok request "meets" it: nothing to show
         data["goodput"] = data["capacity"] = []
-    if not any(r["peers"] > 1 for r in data["fleet_nodes"]):     # one node per configuration: no fleet
+    if not any(r["peers"] > 1 or r["drift"] is not None for r in data["fleet_nodes"]):   # no fleet, no twin
         data["fleet_nodes"] = []
     incomplete = con.execute(
         "SELECT run_id, step_id, target, concurrency, rate, step_status FROM step_info "

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from loadgen.results.drift import drift_lines
 from loadgen.results.gpu_answer import cost_lines
 from loadgen.results.report.data import SMALL_SAMPLE, Report, Rows, level_text, pct
 
@@ -30,7 +31,7 @@ def verdict(report: Report) -> list[Finding]:
     """The answer in words: per comparison who is faster where, the crossover and what is not known;
     capacity at the SLO; server settings that differ; warnings a reader must see before trusting it."""
     return (_comparison_findings(report) + _capacity_findings(report) + _cost_findings(report)
-            + _fleet_findings(report) + _confounder_findings(report) + _warnings(report))
+            + _fleet_findings(report) + _drift_findings(report) + _confounder_findings(report) + _warnings(report))
 
 
 def _cost_findings(report: Report) -> list[Finding]:
@@ -195,6 +196,17 @@ def _fleet_findings(report: Report) -> list[Finding]:
         findings.append(Finding("warning", f"aggregate tok/s {changes} against the median of its peers "
                                 "(flagged by fleet_nodes).", f"Node {node} is off the fleet in {config}:"))
     return findings
+
+
+def _drift_findings(report: Report) -> list[Finding]:
+    """Targets that watch their twin (twin_drift): each node off its own twin beyond the band, or that none is."""
+    rows = report.data["twin_drift"]
+    if not rows:
+        return []
+    found = [Finding("warning", line + " (twin_drift; refit it with `loadgen twin refit`).", "Drift:")
+             for line in drift_lines(rows)]
+    return found or [Finding("like", "every node that watches its twin is within the twin's band (twin_drift).",
+                             "Twins:")]
 
 
 def _confounder_findings(report: Report) -> list[Finding]:

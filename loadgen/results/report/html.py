@@ -29,6 +29,7 @@ SECTIONS = (
     ("errors_by_class", "Requests by outcome class"),
     ("client_health", "Client health: could the load generator have distorted the numbers?"),
     ("fleet_nodes", "Nodes vs fleet median"),
+    ("twin_drift", "Nodes vs their own twins (drift)"),
     ("gpu_by_step", "GPU per step: clock, power, throttling, energy"),
     ("energy", "Tokens per joule"),
     ("cost", "Cost per million output tokens, at the run's [cost] prices"),
