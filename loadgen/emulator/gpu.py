@@ -19,6 +19,7 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import Sequence
 
 from loadgen.emulator.costmodel import Forward
 from loadgen.emulator.profiles import HardwareProfile
@@ -128,6 +129,25 @@ class GpuModel:
             kind, help_text = _FIELDS[name]
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {value}"]
         return "\n".join(lines) + "\n"
+
+
+def counters_at(gpu: GpuModel, forwards: Sequence[tuple[float, Forward]], times: Sequence[float]
+                ) -> list[tuple[float, float]]:
+    """(energy_j, busy_s) the GPU's counters reach at each of `times` (virtual seconds, ascending) of a simulated
+    level that starts at 0: idle power throughout, and each forward's power above idle while it runs (forwards in
+    order, one at a time); joules in the modelled hardware's time (virtual seconds x time_scale)."""
+    idle_w = gpu.hw.idle_power_w
+    out, extra_j, busy_s, i = [], 0.0, 0.0, 0
+    for t in times:
+        while i < len(forwards) and forwards[i][0] + forwards[i][1].seconds <= t:
+            f = forwards[i][1]
+            extra_j += (gpu.forward_power(f) - idle_w) * f.seconds
+            busy_s += f.seconds
+            i += 1
+        running = max(0.0, t - forwards[i][0]) if i < len(forwards) else 0.0   # the forward under way at t
+        part_j = (gpu.forward_power(forwards[i][1]) - idle_w) * running if running else 0.0
+        out.append(((idle_w * t + extra_j + part_j) * gpu.time_scale, busy_s + running))
+    return out
 
 
 _FIELDS = {   # dcgm-exporter's metric type and help text (etc/default-counters.csv)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loadgen.emulator import profiles
-from loadgen.emulator.costmodel import CostModel
+from loadgen.emulator.costmodel import CostModel, Forward
 from loadgen.emulator.engine import Engine, resolve_min_free_slots
 from loadgen.emulator.promptinfo import estimate_tokens, infer_kind
 from loadgen.emulator.request import EmuRequest
@@ -78,6 +78,7 @@ class LevelRun:
     requests: list[SimRequest]
     measure_end: float
     end: float
+    forwards: list[tuple[float, Forward]] = field(default_factory=list)   # each forward's start, in order
 
 
 def build_engine(spec: SpecConfig, hardware: str = "gb10", model: str = "qwen3.8-27b-nvfp4", *, seed: int = 0,
@@ -107,6 +108,7 @@ def run_closed(engine: Engine, concurrency: int, prompts: Sequence[SimPrompt], m
     live: dict[str, tuple[SimRequest, EmuRequest]] = {}
     measure_end: float | None = None
     in_window = 0
+    forwards: list[tuple[float, Forward]] = []
 
     def send(slot: int) -> None:
         nonlocal in_window
@@ -148,6 +150,7 @@ def run_closed(engine: Engine, concurrency: int, prompts: Sequence[SimPrompt], m
             t = starts[next_slot]      # idle until the next slot starts
             continue
         kind, batch, seconds = step
+        forwards.append((t, engine.last_forward))
         before = [len(r.output_ids) for r in batch]
         t += seconds
         engine.complete_step(kind, batch)
@@ -172,7 +175,7 @@ def run_closed(engine: Engine, concurrency: int, prompts: Sequence[SimPrompt], m
     for rec, req in live.values():   # cut at the level's end: what it had so far
         rec.completion_tokens, rec.spec_verify_ct = req.completion_tokens, req.spec_verify_ct
     assert measure_end is not None
-    return LevelRun(out, measure_end, t)
+    return LevelRun(out, measure_end, t, forwards)
 
 
 def closed_loop(engine: Engine, concurrency: int, prompts: Sequence[str], max_new_tokens: int, *,

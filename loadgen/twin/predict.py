@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import platform
 import socket
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 from loadgen import __version__
 from loadgen.clock import anchor, now_ns
 from loadgen.config import Experiment, config_hash
+from loadgen.emulator.gpu import GpuModel, counters_at
 from loadgen.emulator.simulate import LevelRun, SimPrompt
 from loadgen.errors import ConfigError
 from loadgen.plan.steps import PlannedStep, TargetLoad, Verdicts, make_plan
@@ -147,6 +149,9 @@ def _run_step(exp: Experiment, writer: ResultsWriter, run_id: str, step: Planned
         run = simulate(t.twin, load.concurrency, t.sim, proto, _seed(run_id, t.name, step.step_id),
                        exp.prompts.max_new_tokens)
         _write_requests(writer, run_id, step.step_id, t, run, proto, t0)
+        if t.twin.hardware.max_power_w > 0:   # a twin with a power model: its GPU's samples, as a measured run's
+            writer.write("gpu_samples", schema.batch_from_rows("gpu_samples", _gpu_rows(run_id, step.step_id, t,
+                                                                                        run, t0)))
         t_end = t0 + round(run.end * 1e9)
         rows.append(_step_row(exp, run_id, step, load, t, (t0, t0 + round(proto.warmup_s * 1e9),
                                                            t0 + round(run.measure_end * 1e9), t_end)))
@@ -197,6 +202,25 @@ def _write_requests(writer: ResultsWriter, run_id: str, step_id: int, t: _Target
         writer.write("frames", schema.batch_from_columns("frames", dict(zip(
             ("request_id", "seq", "t_ns", "tokens", "cum_tokens"), frame_cols)),
             {"run_id": run_id, "step_id": step_id}))
+
+
+def _gpu_rows(run_id: str, step_id: int, t: _Target, run: LevelRun, t0: int) -> list[dict]:
+    """The twin's modelled GPU sampled at the level's start, once a virtual second and at its end: its energy
+    counter and the power and utilisation over the second before (source `twin`)."""
+    gpu = GpuModel(t.twin.hardware, t.twin.time_scale)
+    times = [float(k) for k in range(math.ceil(run.end))] + [run.end]
+    rows, before = [], (0.0, 0.0, 0.0)
+    for k, (tau, (energy_j, busy_s)) in enumerate(zip(times, counters_at(gpu, run.forwards, times))):
+        span = tau - before[0]
+        rows.append({
+            "run_id": run_id, "step_id": step_id, "target": t.name, "node": t.node, "t_ns": t0 + round(tau * 1e9),
+            "moment": "step_start" if k == 0 else "step_end" if k == len(times) - 1 else "during",
+            "source": "twin", "gpu": "0",
+            "power_w": (energy_j - before[1]) / (span * gpu.time_scale) if span > 0 else t.twin.hardware.idle_power_w,
+            "energy_j": energy_j, "utilization_pct": 100 * (busy_s - before[2]) / span if span > 0 else 0.0,
+            "sm_clock_max_mhz": t.twin.hardware.sm_clock_max_mhz})
+        before = (tau, energy_j, busy_s)
+    return rows
 
 
 def _step_row(exp: Experiment, run_id: str, step: PlannedStep, load: TargetLoad, t: _Target,
