@@ -40,6 +40,8 @@ def fit_report(twin: Twin) -> str:
             lines.append(f"  {name:22s} {f['value']:>10.4g}  prior {f['prior']:<10.4g} sd {f['sd_pct']:>5.1f}%  "
                          f"set by the {f['set_by']:5s} ({f['identified_by']})")
     lines.append(f"  acceptance: {twin.fitted.get('acceptance')}")
+    if "power" in twin.fitted:
+        lines.append(f"  {twin.fitted['power']}")
     err = twin.error
     if err is None:
         return "\n".join(lines)

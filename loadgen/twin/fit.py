@@ -31,7 +31,7 @@ from loadgen.errors import ConfigError
 from loadgen.twin import acceptance
 from loadgen.twin.model import METRICS, FitError, ServerSide, Twin
 from loadgen.twin.observe import Level, Source
-from loadgen.twin.vtime import as_measured, expected_figures
+from loadgen.twin.vtime import as_measured, expected_figures, expected_power
 
 SEEDS = (1, 2, 3)          # the same seeds at every evaluation: the figures are a smooth function of the numbers
 SIGMA = {"tok_s": 0.03, "ttft_p50_ms": 0.06, "ttft_p90_ms": 0.12, "tpot_p50_ms": 0.03}   # log-error scale
@@ -145,15 +145,43 @@ def fit_twin(source: Source, hardware: str | None = None, model: str | None = No
     twin = problem.apply(base, x)
     in_sample = problem.errors(twin, source.levels)
     loo = _leave_one_out(problem, base, source, x, x0)
+    twin, power_note = _with_power(twin, problem, source)
     twin = dataclasses.replace(twin, error=_fit_error(in_sample, loo),
-                               fitted=_fitted(problem.params, x, x0, sd, accept_note))
+                               fitted={**_fitted(problem.params, x, x0, sd, accept_note), "power": power_note})
     return twin
+
+
+def _with_power(twin: Twin, problem: _Problem, source: Source) -> tuple[Twin, str]:
+    """The power model's range above idle scaled to the GPU's measured power at the fitted levels (least squares
+    over idle + scale x (modelled - idle)): the roofline's share of a prior's range is not what a GPU draws when
+    its passes are bound by launches, not by bytes or FLOPs. Idle stays the hardware profile's."""
+    hw = twin.hardware
+    levels = [lv for lv in source.levels if lv.concurrency in source.power_w]
+    if not levels or hw.max_power_w <= hw.idle_power_w:
+        return twin, "power: the hardware profile's (no GPU telemetry in the run)"
+    idle = hw.idle_power_w
+    above = [problem.power(twin, lv) - idle for lv in levels]   # the profile's range, as the fit left the rest
+    measured = [source.power_w[lv.concurrency] - idle for lv in levels]
+    scale = max(0.0, sum(a * m for a, m in zip(above, measured)) / max(1e-9, sum(a * a for a in above)))
+    fitted = dataclasses.replace(twin, hardware=dataclasses.replace(hw, max_power_w=round(
+        idle + scale * (hw.max_power_w - idle), 1)))
+    errors = [100 * ((idle + scale * a) / (m + idle) - 1) for a, m in zip(above, measured)]
+    return fitted, (f"max_power_w {hw.max_power_w:g} -> {fitted.hardware.max_power_w:g} W to the measured "
+                    f"{min(measured) + idle:.0f}-{max(measured) + idle:.0f} W at C = "
+                    f"{', '.join(str(lv.concurrency) for lv in levels)} (idle {idle:g} W kept; in-sample MAPE "
+                    f"{float(np.mean([abs(e) for e in errors])):.1f}%)")
 
 
 def figures_at(twin: Twin, source: Source) -> dict[int, dict[str, float]]:
     """The twin's figures at each of `source`'s measured levels, under that step's own window (as the fit sees it)."""
     problem = _Problem(source.workload, [])
     return {lv.concurrency: problem.figures(twin, lv) for lv in source.levels}
+
+
+def power_at(twin: Twin, source: Source) -> dict[int, float]:
+    """The twin's modelled GPU's mean power (W) at each of `source`'s measured levels, under that step's window."""
+    problem = _Problem(source.workload, [])
+    return {lv.concurrency: problem.power(twin, lv) for lv in source.levels}
 
 
 def _with_acceptance(twin: Twin, source: Source, levels: Sequence[int]) -> tuple[Twin, str]:
@@ -209,6 +237,11 @@ class _Problem:
         """The twin's figures at a measured level, under that step's own window, averaged over SEEDS."""
         return expected_figures(twin, level.concurrency, self.workload[level.concurrency],
                                 as_measured(level.warmup_s, level.window_s), SEEDS)
+
+    def power(self, twin: Twin, level: Level) -> float:
+        """The twin's modelled GPU's mean power at a measured level, under that step's own window."""
+        return expected_power(twin, level.concurrency, self.workload[level.concurrency],
+                              as_measured(level.warmup_s, level.window_s), SEEDS)
 
     def rescale(self, twin: Twin, levels: Sequence[Level]) -> np.ndarray:
         """Start from the base profiles moved as a whole to the lowest level: decode speed (bandwidth, compute,

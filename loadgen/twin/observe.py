@@ -34,6 +34,13 @@ JOIN (SELECT concurrency, median((t_measure_start_ns - t_start_ns) / 1e9) AS war
       FROM steps WHERE run_id = ? AND target = ? GROUP BY concurrency) w USING (concurrency)
 WHERE l.run_id = ? AND l.target = ? AND l.concurrency IS NOT NULL AND NOT l.predicted ORDER BY l.concurrency
 """
+# The GPU's median power over each level's windows, pooled over its repeats (runs with GPU telemetry only)
+_POWER = """
+SELECT s.concurrency, avg(w.power_p50_w)
+FROM gpu_window w JOIN step_info s USING (run_id, step_id, target)
+WHERE run_id = ? AND target = ? AND w.power_p50_w IS NOT NULL AND s.concurrency IS NOT NULL
+GROUP BY ALL ORDER BY ALL
+"""
 _KINDS = """
 SELECT s.concurrency, m.prompt_kind, sum(m.completion_tokens)::BIGINT, sum(m.spec_verify_ct)::BIGINT, count(*)
 FROM measured m JOIN step_info s USING (run_id, step_id, target)
@@ -104,6 +111,7 @@ class Source:
     mean_completion: float
     prompts_raw: dict[str, Any] = field(default_factory=dict)   # the run's [prompts], for a prediction's default
     notes: list[str] = field(default_factory=list)
+    power_w: dict[int, float] = field(default_factory=dict)   # C -> the GPU's measured power (none: no telemetry)
 
     @property
     def server(self) -> str:
@@ -184,7 +192,8 @@ def _read(con: duckdb.DuckDBPyConnection, results: str, run_id: str, target: str
                   bool(emulated), parse_load_table(raw.get("load", {})), int(prompts.get("max_new_tokens", 128)),
                   bool(prompts.get("ignore_eos", False)), levels, accepted, dict(step_tokens),
                   dict(workload), _lengths(raw, info, ok_rows, notes),
-                  sum(c for *_, c in ok_rows) / max(1, len(ok_rows)), prompts, notes)
+                  sum(c for *_, c in ok_rows) / max(1, len(ok_rows)), prompts, notes,
+                  {int(c): float(w) for c, w in con.execute(_POWER, [run_id, target]).fetchall()})
 
 
 def _lengths(raw: dict, info: dict, rows: list[tuple], notes: list[str]) -> LengthModel:

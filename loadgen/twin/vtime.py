@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loadgen.emulator.gpu import GpuModel, counters_at
 from loadgen.emulator.simulate import LevelRun, SimPrompt, Window, run_closed
 from loadgen.twin.model import Twin
 
@@ -60,6 +61,21 @@ def level_figures(run: LevelRun, measure_start: float) -> dict[str, float]:
            "tpot_p50_ms": 1e3 * float(np.quantile(tpot, 0.5)) if len(tpot) else float("nan"),
            "accept_len": sum(r.completion_tokens for r in done) / verify if verify else float("nan")}
     return out
+
+
+def window_power(twin: Twin, run: LevelRun, measure_start: float) -> float:
+    """The twin's modelled GPU's mean power over the run's window, W: its energy counter's rise over the window's
+    modelled seconds."""
+    gpu = GpuModel(twin.hardware, twin.time_scale)
+    (e0, _), (e1, _) = counters_at(gpu, run.forwards, [measure_start, run.measure_end])
+    return (e1 - e0) / ((run.measure_end - measure_start) * twin.time_scale)
+
+
+def expected_power(twin: Twin, concurrency: int, prompts: Sequence[SimPrompt], protocol: Protocol,
+                   seeds: Sequence[int]) -> float:
+    """window_power averaged over the seeded runs expected_figures makes."""
+    return float(np.mean([window_power(twin, simulate(twin, concurrency, prompts, protocol, s), protocol.warmup_s)
+                          for s in seeds]))
 
 
 def expected_figures(twin: Twin, concurrency: int, prompts: Sequence[SimPrompt], protocol: Protocol,

@@ -13,6 +13,10 @@ import pytest
 
 from driftkit import drifted, fitted_twin, watched_run
 from loadgen.cli import main
+from loadgen.results import analysis
+from loadgen.twin.fit import power_at
+from loadgen.twin.model import load_twin
+from loadgen.twin.observe import read_source
 from twinkit import hidden_profile
 
 pytestmark = pytest.mark.timeout(600)
@@ -31,6 +35,13 @@ def test_a_degraded_node_is_named_off_its_twin_and_the_healthy_one_is_not(ray_lo
         timing = f"fit {t1 - t0:.0f} s, watched run {time.monotonic() - t1:.0f} s"
     with capsys.disabled():   # shown with -s
         print(f"{text}\n{timing}")
+    # the twin's power range was fitted to the node's measured GPU power (the emulator's modelled GPU, read as a
+    # DCGM exporter): at each fitted level its modelled power is the measured one within 15%
+    source = read_source(tmp_path / "source", _only_run(tmp_path / "source"), None)
+    fitted = load_twin(twin, "twin")
+    assert source.power_w and fitted.fitted["power"].startswith("max_power_w "), fitted.fitted
+    for level, watts in power_at(fitted, source).items():
+        assert watts == pytest.approx(source.power_w[level], rel=0.15), (level, watts, source.power_w)
     assert "spark2 serves" in text and "below its twin of" in text and "the box or the server changed" in text
     assert "spark1 serves" not in text and "spark1 decodes" not in text
     assert drifted(results, run_id) == {"spark1": False, "spark2": True}
@@ -46,3 +57,8 @@ def test_a_degraded_node_is_named_off_its_twin_and_the_healthy_one_is_not(ray_lo
         print(out)
     assert "drift: spark2 serves" in out and "% below its old twin" in out
     assert out_file.is_file() and f"wrote {out_file}" in out
+
+
+def _only_run(results) -> str:
+    [(run_id,)] = analysis.open_results(results).execute("SELECT run_id FROM runs").fetchall()
+    return run_id

@@ -132,7 +132,7 @@ def test_a_replay_reuses_what_the_trace_says_on_the_emulators_prefix_cache(ray_l
     rows = mooncake_rows(36, seed=11, gap_ms=600)
     path = _write(tmp_path, rows)
     truth = read_trace(path, None, "k").reusable_tokens()
-    with emulator_factory(*EMU, "--stream-interval", "4", "--time-scale", "4") as url:   # prefills in ~50 ms
+    with emulator_factory(*EMU, "--stream-interval", "4", "--time-scale", "20") as url:   # prefills in ~250 ms
         exp = _exp(path, {"seed": 2})
         exp["load"].update(drain_timeout_s=60.0, warmup_requests=0)
         exp.update(run={"name": "mooncake"}, targets=[{"name": "emu", "url": url}])
