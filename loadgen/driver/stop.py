@@ -43,11 +43,12 @@ class Stopped(BaseException):
         return 128 + self.signum
 
     def message(self, resumable: bool) -> str:
-        """The one line an entry point prints; `resumable`: it takes --resume RUN_ID."""
+        """What an entry point prints (the resume on a line of its own: a run id is long); `resumable`: it takes
+        --resume RUN_ID."""
         if self.run_id is None:
             return f"run stopped ({self}) before it began; nothing was measured"
         return f"run stopped ({self}); what was measured is kept" + (
-            f"; continue it with --resume {self.run_id}" if resumable else "")
+            f"\ncontinue it with --resume {self.run_id}" if resumable else "")
 
 
 _previous: dict[int, Any] = {}    # signal -> the handler ours replaced, while ours are installed

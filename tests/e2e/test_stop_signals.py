@@ -181,7 +181,7 @@ def _assert_stopped(code: int, out: str, results: Path, sig: signal.Signals, cas
     """What every stop must leave; `hold`: the emulator that holds requests (its own log of what it received)."""
     why = f"received {sig.name} during {case.phase}"
     assert code == 128 + sig and "Traceback" not in out and "PC: @" not in out, out   # nor Ray's native dump
-    assert re.search(rf"^run stopped \({re.escape(why)}\); what was measured is kept; continue it with --resume "
+    assert re.search(rf"^run stopped \({re.escape(why)}\); what was measured is kept\ncontinue it with --resume "
                      r"\S+$", out, re.M), out
     files = list(results.rglob("*.parquet*"))
     assert files and all(f.name.endswith(".parquet") for f in files), files   # whole files, no temporary one left
