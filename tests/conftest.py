@@ -102,19 +102,25 @@ socket.socket.listen = _unit_refuses("a server (a listening socket)", socket.soc
 web_runner.BaseSite.start = _unit_refuses("a server (an aiohttp site)", web_runner.BaseSite.start)
 
 
-@pytest.fixture(scope="session")
-def ray_local() -> Iterator[None]:
-    """A real local Ray, started once per session and stopped by ray.shutdown (only this cluster). Ray gives its
-    raylet a fixed 30 s to register; a machine shared by many can need more: then it starts once more."""
+def start_local_ray() -> None:
+    """A real local Ray (stopped by ray.shutdown: only this cluster). Ray gives its raylet a fixed 30 s to
+    register; a machine shared by many can need more: then it starts once more."""
     import ray
     for attempt in (1, 2, 3):
         try:
             ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-            break
+            return
         except Exception as exc:
             ray.shutdown()
             if attempt == 3 or "timed out during startup" not in str(exc):
                 raise
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[None]:
+    """A real local Ray, started once per session."""
+    import ray
+    start_local_ray()
     yield
     ray.shutdown()
 

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1]))
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-import conftest  # noqa: E402,F401  (the tests' Ray token auth, set before Ray is imported)
+import conftest  # noqa: E402  (the tests' Ray token auth, set before Ray is imported)
 
 # isort: split
 import ray  # noqa: E402
@@ -35,14 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    for attempt in (1, 2, 3):   # Ray gives its raylet 30 s to register: a shared machine can need more
-        try:
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-            break
-        except Exception as exc:
-            ray.shutdown()
-            if attempt == 3 or "timed out during startup" not in str(exc):
-                raise
+    conftest.start_local_ray()
     folder = Path(tempfile.mkdtemp(prefix="bench-drift-"))
     hidden = hidden_profile(5, folder / "hidden", "mtp")
     alarms = detections = 0

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1]))
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-import conftest  # noqa: E402,F401  (the tests' Ray token auth, set before Ray is imported)
+import conftest  # noqa: E402  (the tests' Ray token auth, set before Ray is imported)
 
 # isort: split
 import ray  # noqa: E402
@@ -48,14 +48,7 @@ def main() -> None:
     parser.add_argument("--routers", nargs="+", default=["least-outstanding", "round-robin"])
     parser.add_argument("--max-nodes", type=int, default=64)
     args = parser.parse_args()
-    for attempt in (1, 2, 3):   # Ray gives its raylet 30 s to register: a shared machine can need more
-        try:
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-            break
-        except Exception as exc:
-            ray.shutdown()
-            if attempt == 3 or "timed out during startup" not in str(exc):
-                raise
+    conftest.start_local_ray()
     folder = Path(tempfile.mkdtemp(prefix="bench-plan-"))
     fitted, truth = [], {}
     for name, seed, algorithm in NODES:
