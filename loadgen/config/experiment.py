@@ -51,6 +51,7 @@ class LoadConfig:
     trace: TraceConfig | None = None  # mode "trace": the rows replayed and the speedups (the steps' levels)
     ramp: RampConfig | None = None    # the level ramps between the listed levels within one step
     warmup_requests: int | None = None  # counted steps and traces: the first K requests per target are warm-up
+    false_verdict: float | None = None  # window = "sequential": a window ends once its SLO call is clear at this rate
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,8 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
         prompts = trace_prompts(prompts, prompts_table, load.trace)
     slo_table = top.get("slo", dict, None)
     slo = None if slo_table is None else parse_slo(slo_table)
+    if load.false_verdict is not None:
+        slo = _sequential_slo(load, slo)
     if slo is None and (load.search or load.stop_after_slo_failures):
         key = "load.search" if load.search else "load.stop_after_slo_failures"
         raise ConfigError(key, "needs an SLO to judge steps by",
@@ -193,7 +196,7 @@ def _parse_load(t: StrictTable, base_dir: Path) -> LoadConfig:
         min_measured=t.get("min_measured_requests", int, None), max_measure_s=t.positive("max_measure_s", 0.0, True),
         realtime_priority=t.get("realtime_priority", bool, True), search=search,
         stop_after_slo_failures=t.get("stop_after_slo_failures", int, None), trace=trace, ramp=ramp,
-        warmup_requests=warmup_requests)
+        warmup_requests=warmup_requests, false_verdict=_false_verdict(t))
     t.done()
     if config.stop_after_slo_failures is not None and (search or config.stop_after_slo_failures < 1):
         raise ConfigError("load.stop_after_slo_failures", "must be >= 1, and only applies to a grid of levels",
@@ -217,6 +220,32 @@ def _error_budget(t: StrictTable) -> float | None:
     if isinstance(raw, int) and value < 0 or isinstance(raw, float) and not 0 < value < 1:
         raise ConfigError("load.error_budget", f"must be {fix}, got {raw!r}", "or leave it out: never stop")
     return value
+
+
+def _false_verdict(t: StrictTable) -> float | None:
+    """window = "sequential": the sequential test's error rate (default 0.05); None for fixed windows."""
+    window = _choice(t, "window", ("fixed", "sequential"))
+    if window == "fixed":
+        if "false_verdict" in t.data:
+            raise ConfigError("load.false_verdict", "only applies to sequential windows", 'add window = "sequential"')
+        return None
+    rate = t.get("false_verdict", float, 0.05)
+    if not 0 < rate < 0.5:
+        raise ConfigError("load.false_verdict", f"must be a share between 0 and 0.5, got {rate:g}", "e.g. 0.05")
+    return rate
+
+
+def _sequential_slo(load: LoadConfig, slo: Slo | None) -> Slo:
+    """The SLO judged by the sequential test (loadgen/results/sequential.py): closed-loop timed windows only."""
+    if slo is None:
+        raise ConfigError("load.window", "a sequential window ends on an SLO call", "add an [slo] table (or --slo)")
+    if load.open_loop is not None or load.requests is not None or load.trace or load.ramp:
+        raise ConfigError("load.window", "sequential windows are closed-loop timed windows only",
+                          'remove window = "sequential", or use mode = "closed" without requests, trace or ramp')
+    if slo.attainment >= 1:
+        raise ConfigError("slo.attainment", "a sequential test needs misses to be allowed (attainment < 1)",
+                          'e.g. attainment = 0.99, or remove window = "sequential"')
+    return replace(slo, false_verdict=load.false_verdict)
 
 
 def _choice(t: StrictTable, name: str, options: tuple[str, ...]) -> str:
