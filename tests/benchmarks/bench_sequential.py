@@ -3,9 +3,10 @@
 
     python tests/benchmarks/bench_sequential.py [--runs 6] [--k 3]
 
-A grid over every level 1..2K+2 once (35 requests a level, a clear call's), then `--runs` capacity searches (1..16) with fixed windows and as many with
-sequential ones (false_verdict 0.05), each on a fresh run. Prints each way's server-seconds (views.sql step_s,
-summed) as a share of the grid's, and the false-verdict rate: the share of levels whose clear call disagrees with
+A grid over every level 1..2K+2 once (35 requests a level, a clear call's), then `--runs` capacity searches
+(1..16) with fixed windows and as many with sequential ones (false_verdict 0.05), each on a fresh run. Prints
+each way's server-seconds (views.sql step_s, summed) as a share of the grid's, and the false-verdict rate: the
+share of levels whose clear call disagrees with
 the truth (pass up to K, fail above), and the share of searches whose capacity is not K.
 Not collected by pytest (no test_ prefix).
 """
