@@ -137,7 +137,7 @@ WHERE CASE WHEN getvariable('baseline') IS NULL THEN series_rank = 1
 -- Measured requests (phase 'measure') with their per-request metrics. NULL where undefined: TPOT needs at
 -- least 2 tokens and a known completion_tokens, acceptance needs spec_verify_ct > 0.
 CREATE OR REPLACE VIEW measured AS
-SELECT s.run_id, s.step_id, s.target, r.request_id, r.prompt_kind, r.status, r.completion_tokens,
+SELECT s.run_id, s.step_id, s.target, r.request_id, r.t_scheduled_ns, r.prompt_kind, r.status, r.completion_tokens,
        r.spec_verify_ct, r.spec_accept_length, r.session_id, r.turn, r.shared_prefix, r.prompt_tokens,
        r.cached_tokens,
        (r.t_first_token_ns - r.t_sent_ns) / 1e6 AS ttft_ms,
@@ -424,7 +424,8 @@ SELECT run_id,
        coalesce(getvariable('slo_tpot_ms'), (s->>'tpot_ms')::DOUBLE)::DOUBLE AS tpot_ms,
        coalesce(getvariable('slo_e2e_s'), (s->>'e2e_s')::DOUBLE)::DOUBLE AS e2e_s,
        coalesce(getvariable('slo_attainment'), (s->>'attainment')::DOUBLE, 0.9)::DOUBLE AS attainment,
-       coalesce(getvariable('slo_max_error_rate'), (s->>'max_error_rate')::DOUBLE, 0.01)::DOUBLE AS max_error_rate
+       coalesce(getvariable('slo_max_error_rate'), (s->>'max_error_rate')::DOUBLE, 0.01)::DOUBLE AS max_error_rate,
+       coalesce(getvariable('slo_false_verdict'), (s->>'false_verdict')::DOUBLE)::DOUBLE AS false_verdict
 FROM saved;
 
 -- The 95% Wilson score interval of a share k/n (z = 1.96; loadgen.results.slo.WILSON_Z): unlike k/n +- a normal
@@ -499,6 +500,41 @@ GROUP BY s.run_id, s.target, s.level;
 
 -- Per series and load level, pooled over the level's runs (a search runs a level again while its call is
 -- unclear; a grid has repeats): the verdict a plan acts on and capacity.sql reads.
+-- The sequential call of each level (loadgen/results/sequential.py, the same rule; docs/capacity-search.md): with
+-- runs.slo's false_verdict set, Wald's SPRT over the level's measured requests in step and schedule order, each
+-- met or not (step_slo's rule), looked at the end of each batch of `concurrency` requests from the third on; its
+-- log likelihood ratio divided by the batch means' variance inflation (>= 1). sequential_verdict: the first
+-- call past a bound, sequential_n: the requests it was made on (NULL: no call yet).
+CREATE OR REPLACE VIEW level_sequential AS
+WITH judged AS (
+    SELECT m.run_id, m.target, s.level, greatest(1, s.concurrency) AS batch, o.attainment, o.false_verdict,
+           (m.status = 'ok' AND NOT coalesce(m.ttft_ms > o.ttft_ms OR m.tpot_ms > o.tpot_ms
+                                             OR m.e2e_ms > 1000 * o.e2e_s, false))::INT AS met,
+           row_number() OVER (PARTITION BY m.run_id, m.target, s.level
+                              ORDER BY m.step_id, m.t_scheduled_ns, m.request_id) - 1 AS i
+    FROM measured m JOIN step_info s USING (run_id, step_id, target) JOIN run_slo o USING (run_id)
+    WHERE o.false_verdict IS NOT NULL AND o.attainment < 1
+), batches AS (
+    SELECT run_id, target, level, i // batch AS j, any_value(batch) AS batch, any_value(attainment) AS a,
+           any_value(false_verdict) AS alpha, sum(met) AS met, count(*) AS k
+    FROM judged GROUP BY run_id, target, level, i // batch
+), running AS (
+    SELECT run_id, target, level, j, batch, alpha, (j + 1) * batch AS n, count(*) OVER w AS looks,
+           sum(met) OVER w AS met, coalesce(var_samp(met / batch) OVER w, 0) AS batch_var,
+           1 - (1 - a) * 0.5 AS p_pass, 1 - least((1 - a) * 1.5, (2 - a) / 2) AS p_fail
+    FROM batches WHERE k = batch
+    WINDOW w AS (PARTITION BY run_id, target, level ORDER BY j ROWS UNBOUNDED PRECEDING)
+), scored AS (
+    SELECT *, (met * ln(p_fail / p_pass) + (n - met) * ln((1 - p_fail) / (1 - p_pass)))
+              / CASE WHEN met > 0 AND met < n THEN greatest(1, batch * batch_var / ((met / n) * (1 - met / n)))
+                     ELSE 1 END AS score
+    FROM running
+)
+SELECT run_id, target, level,
+       arg_min(CASE WHEN score > 0 THEN 'fail' ELSE 'pass' END, j) AS sequential_verdict, min(n) AS sequential_n
+FROM scored WHERE looks >= 3 AND abs(score) >= ln((1 - alpha) / alpha)
+GROUP BY run_id, target, level;
+
 CREATE OR REPLACE VIEW level_slo AS
 WITH pooled AS (
     SELECT g.run_id, g.target, s.node, s.algorithm, s.draft_tokens, s.mode, s.concurrency, s.rate, g.level,
@@ -511,11 +547,21 @@ WITH pooled AS (
     FROM step_slo g JOIN step_info s USING (run_id, step_id, target)
     GROUP BY ALL
 )
-SELECT *, met / nullif(measured, 0) AS attainment, failed / nullif(measured, 0) AS error_rate,
-       slo_verdict(has_slo, met, measured, failed, slo_attainment, slo_max_error_rate, died := server_died) AS verdict,
-       slo_clear(slo_verdict(has_slo, met, measured, failed, slo_attainment, slo_max_error_rate, died := server_died),
-                 met, measured, slo_attainment, died := server_died) AS clear
-FROM pooled;
+, fixed AS (
+    SELECT p.*, q.sequential_verdict, q.sequential_n, o.false_verdict IS NOT NULL AS sequential,
+           slo_verdict(has_slo, met, measured, failed, slo_attainment, slo_max_error_rate, died := server_died) AS fixed
+    FROM pooled p JOIN run_slo o USING (run_id)
+    LEFT JOIN level_sequential q USING (run_id, target, level)
+)
+SELECT * EXCLUDE (fixed), met / nullif(measured, 0) AS attainment, failed / nullif(measured, 0) AS error_rate,
+       CASE WHEN NOT sequential OR sequential_verdict IS NULL OR server_died
+                 OR failed / nullif(measured, 0) > slo_max_error_rate THEN fixed
+            ELSE sequential_verdict END AS verdict,
+       CASE WHEN NOT sequential THEN slo_clear(fixed, met, measured, slo_attainment, died := server_died)
+            WHEN server_died AND fixed = 'fail' OR measured = 0 THEN true
+            WHEN failed / measured > slo_max_error_rate THEN met / measured >= slo_attainment
+            ELSE sequential_verdict IS NOT NULL END AS clear
+FROM fixed;
 
 -- ---- GPU telemetry (queries/gpu_by_step.sql, energy.sql, confounders.sql; docs/telemetry.md) ----
 --

@@ -27,6 +27,7 @@ class LiveStats:
         self.itl_ms: deque[float] = deque(maxlen=RECENT)
         self.judged = 0     # measured requests finished (any status): attainment's denominator, as step_slo's
         self.met = 0        # ... of them ok and within every line of the SLO
+        self.outcomes: list[tuple[int, str, bool]] = []   # (t_scheduled_ns, request_id, met) of measured requests
 
     def add(self, state: StreamState) -> None:
         self.queued.append(state)
@@ -43,8 +44,11 @@ class LiveStats:
                     # a request's ITL: its mean time per output token after the first (views.sql tpot_ms)
                     itl_ms = (s.t_last_token_ns - s.t_first_token_ns) / 1e6 / ((s.completion_tokens or 2) - 1)
                     self.itl_ms.append(itl_ms)
-            if self.slo is None or s.phase != "measure" or s.status == "cancelled":
+            if self.slo is None or s.phase != "measure":
                 continue
-            self.judged += 1
             e2e_s = None if s.t_done_ns is None or s.t_sent_ns is None else (s.t_done_ns - s.t_sent_ns) / 1e9
-            self.met += s.status == "ok" and self.slo.met(ttft_ms, itl_ms, e2e_s)
+            met = s.status == "ok" and self.slo.met(ttft_ms, itl_ms, e2e_s)
+            self.outcomes.append((s.t_scheduled_ns, s.request_id, met))   # a cut one missed, as step_slo says
+            if s.status != "cancelled":
+                self.judged += 1
+                self.met += met

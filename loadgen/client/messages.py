@@ -42,6 +42,15 @@ class StepSpec:
         return self.step_id + bisect.bisect_right(self.window_starts, t_ns)
 
 
+@dataclass(frozen=True)
+class SloOutcomes:
+    """A worker's answer to a sequential window's poll (LoadWorker.slo_outcomes)."""
+
+    t_ns: int                        # when it answered: every request scheduled before is in one of the two below
+    finished: list[tuple[int, str, bool]]   # (t_scheduled_ns, request_id, met the SLO) of finished measured ones
+    t_open_ns: int | None            # the earliest t_scheduled_ns of a measured request still in flight
+
+
 NOT_FAILED = ("ok", "cancelled")     # outcomes that are not failures: a drain's cut requests are by design
 
 

@@ -28,7 +28,7 @@ import ray
 from loadgen.client import arrivals, ramps, sessions
 from loadgen.client.http_stream import ReadLoop, StreamExchange, stream_request
 from loadgen.client.livestats import LiveStats
-from loadgen.client.messages import StepSpec, WorkerProgress
+from loadgen.client.messages import SloOutcomes, StepSpec, WorkerProgress
 from loadgen.client.preflight import ServerControl
 from loadgen.client.protocol.base import Adapter, SamplingSpec, StreamState
 from loadgen.client.protocol.openai import OpenAIOptions
@@ -85,6 +85,7 @@ class LoadWorker:
         self.background: list[asyncio.Task] = []
         self.measure_open = 0
         self.measure_sent = 0
+        self.measured_open: dict[str, int] = {}   # request_id -> t_scheduled_ns of measured requests in flight
         self.t_first_measured_ns: int | None = None   # warm-up by count: when the window opened for this worker
         self.window_end_ns = 0
         self.sent = 0
@@ -134,6 +135,7 @@ class LoadWorker:
         self.stopping.clear()
         self.measure_open = 0
         self.measure_sent = 0
+        self.measured_open = {}
         self.t_first_measured_ns = None
         self.window_end_ns = step.t_measure_end_ns
         self.shipper.begin(step)
@@ -232,6 +234,7 @@ class LoadWorker:
         if phase == "measure":
             self.measure_open += 1
             self.measure_sent += 1
+            self.measured_open[state.request_id] = t_scheduled
             if self.t_first_measured_ns is None:
                 self.t_first_measured_ns = t_scheduled
         try:
@@ -244,6 +247,7 @@ class LoadWorker:
             state.fail("client_error", f"{exc.__class__.__name__}: {exc}")
             state.close(now_ns())
         finally:
+            self.measured_open.pop(state.request_id, None)
             if state.phase == "measure":  # close_window may have moved it to the drain meanwhile
                 self.measure_open -= 1
             status = cast(str, state.status)   # set: every path above closes the state
@@ -282,6 +286,14 @@ class LoadWorker:
         and the end after it has the counts, so the window reaches at least `t_open_ns`."""
         self.shipper.window_reaches(t_open_ns)
         return self.measure_sent
+
+    @ray.method(enable_task_events=False)   # polled 5 times a second: see ResultsSink.write
+    async def slo_outcomes(self, since: int) -> SloOutcomes:
+        """The measured requests finished so far (from the `since`-th on) with their SLO call, and the earliest
+        scheduled one still in flight: a sequential window's poll (loadgen.driver.window)."""
+        self.live.fold()
+        t_open = min(self.measured_open.values(), default=None)
+        return SloOutcomes(now_ns(), self.live.outcomes[since:], t_open)
 
     @ray.method(enable_task_events=False)   # polled 5 times a second: see ResultsSink.write
     async def progress(self) -> WorkerProgress:

@@ -76,6 +76,8 @@ def parse_experiment(data: dict, base_dir: Path, source: str = "experiment") -> 
         prompts = trace_prompts(prompts, prompts_table, load.trace)
     slo_table = top.read("slo")
     slo = None if slo_table is None else parse_slo(slo_table)
+    if load.false_verdict is not None:
+        slo = _sequential_slo(load, slo)
     if slo is None and (load.search or load.stop_after_slo_failures):
         key = "load.search" if load.search else "load.stop_after_slo_failures"
         raise ConfigError(key, "needs an SLO to judge steps by",
@@ -118,6 +120,19 @@ def _search_twins(table: dict, names: list[str], base_dir: Path) -> tuple[tuple[
         raise ConfigError(f"load.search_twin.{missing[0]}", "is required: every target's search starts from its twin",
                           'give its twin file, e.g. mtp = "mtp.toml", or search_twin = "<run id>" to fit each')
     return tuple((n, parse_twin_ref(table[n], f"load.search_twin.{n}", base_dir)) for n in names)
+
+
+def _sequential_slo(load: LoadConfig, slo: Slo | None) -> Slo:
+    """The SLO judged by the sequential test (loadgen/results/sequential.py): closed-loop timed windows only."""
+    if slo is None:
+        raise ConfigError("load.window", "a sequential window ends on an SLO call", "add an [slo] table (or --slo)")
+    if load.open_loop is not None or load.requests is not None or load.trace or load.ramp:
+        raise ConfigError("load.window", "sequential windows are closed-loop timed windows only",
+                          'remove window = "sequential", or use mode = "closed" without requests, trace or ramp')
+    if slo.attainment >= 1:
+        raise ConfigError("slo.attainment", "a sequential test needs misses to be allowed (attainment < 1)",
+                          'e.g. attainment = 0.99, or remove window = "sequential"')
+    return replace(slo, false_verdict=load.false_verdict)
 
 
 def experiment_document(exp: Experiment) -> dict:

@@ -54,6 +54,10 @@ CORE_KEYS = (
     Key("realtime_priority", bool, True, "workers read at SCHED_FIFO; false when they share cores with the server"),
     Key("stop_after_slo_failures", int, None, "a grid with [slo]: drop a target after this many failed levels in "
         "a row"),
+    Key("window", str, "fixed", "fixed: a level's window holds min_measured_requests | sequential: with an [slo], it "
+        "ends once the level's SLO call is clear (docs/capacity-search.md)", Choice(("fixed", "sequential"))),
+    Key("false_verdict", float, 0.05, "window = \"sequential\": the sequential test's error rate",
+        Bounds(0, 0.5, above=True, below=True, what="a share")),
 )
 LOAD = Keys("load", "How hard and how long each step drives the targets.",
             (*CORE_KEYS, *OPEN_KEYS, *SEARCH_KEYS, *RAMP_KEYS, TRACE_KEY))
@@ -95,6 +99,7 @@ class LoadConfig:
     trace: TraceConfig | None = None  # mode "trace": the rows replayed and the speedups (the steps' levels)
     ramp: RampConfig | None = None    # the level ramps between the listed levels within one step
     warmup_requests: int | None = None  # counted steps and traces: the first K requests per target are warm-up
+    false_verdict: float | None = None  # window = "sequential": a window ends once its SLO call is clear at this rate
 
 
 
@@ -146,7 +151,7 @@ def parse_load(data: object, base_dir: Path) -> LoadConfig:
         min_measured=t.read("min_measured_requests"), max_measure_s=t.read("max_measure_s"),
         realtime_priority=t.read("realtime_priority"), search=search,
         stop_after_slo_failures=t.read("stop_after_slo_failures"), trace=trace, ramp=ramp,
-        warmup_requests=warmup_requests)
+        warmup_requests=warmup_requests, false_verdict=_false_verdict(t))
     t.done()
     if config.stop_after_slo_failures is not None and (search or config.stop_after_slo_failures < 1):
         raise ConfigError("load.stop_after_slo_failures", "must be >= 1, and only applies to a grid of levels",
@@ -155,6 +160,16 @@ def parse_load(data: object, base_dir: Path) -> LoadConfig:
         raise ConfigError("load.max_measure_s", f"{config.max_measure_s:g} is below measure_s = {config.measure_s:g}",
                           "the window can only be extended: raise it or leave it out")
     return config
+
+
+def _false_verdict(t: StrictTable) -> float | None:
+    """window = "sequential": the sequential test's error rate; None for fixed windows."""
+    if t.read("window") == "fixed":
+        if "false_verdict" in t.data:
+            raise ConfigError("load.false_verdict", "only applies to sequential windows", 'add window = "sequential"')
+        t.used.add("false_verdict")
+        return None
+    return t.read("false_verdict")
 
 
 def _error_budget(t: StrictTable) -> float | None:

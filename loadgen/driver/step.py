@@ -18,7 +18,15 @@ from loadgen.driver.context import RunContext, StepAborted
 from loadgen.driver.livemetrics import StepLive
 from loadgen.driver.progress import StepProgress, step_label
 from loadgen.driver.rows import step_row, write_run, write_server_info_samples
-from loadgen.driver.window import Drain, close_windows, poll, stop_workers, wait_for_drain, write_lost_rows
+from loadgen.driver.window import (
+    Drain,
+    SequentialWindow,
+    close_windows,
+    poll,
+    stop_workers,
+    wait_for_drain,
+    write_lost_rows,
+)
 from loadgen.errors import TargetError
 from loadgen.plan.steps import PlannedStep, split_concurrency
 from loadgen.results import schema
@@ -235,8 +243,11 @@ def _wait_out(ctx: RunContext, step: PlannedStep, targets: list[Target], started
     if times.adaptive:
         needs = [load.min_measured or max(level.concurrency, step.min_measured or 0) for level in step.loads]
         max_s = step.max_measure_s or load.max_measure_s or 5 * load.measure_s
+        slo = ctx.exp.slo
+        rules = [SequentialWindow(level.concurrency, slo.attainment, slo.false_verdict)
+                 if slo is not None and slo.false_verdict is not None else None for level in step.loads]
         ends = close_windows(started.by_target, [t.config.name for t in targets], times.measure_end,
-                             times.measure_s, max_s, needs, progress)
+                             times.measure_s, max_s, needs, progress, rules)
         stop.during(f"the drain of {what}")
     t_me = max(ends)
     return wait_for_drain(started.active, t_me, t_me + int(load.drain_timeout_s * 1e9), load, progress=progress), ends

@@ -12,12 +12,12 @@ from typing import Any
 
 import ray
 
-from loadgen.client.messages import NOT_FAILED, WorkerProgress
+from loadgen.client.messages import NOT_FAILED, SloOutcomes, WorkerProgress
 from loadgen.clock import now_ns
 from loadgen.config import LoadConfig
 from loadgen.driver import stop
 from loadgen.driver.progress import Extension, StepProgress
-from loadgen.results import schema
+from loadgen.results import schema, sequential
 
 POLL_S = 0.2
 
@@ -32,12 +32,39 @@ class Drain:
     last: dict[int, WorkerProgress] = field(default_factory=dict)   # index in `active` -> its last progress
 
 
+@dataclass
+class SequentialWindow:
+    """One target's sequential window (loadgen/results/sequential.py): it ends once the SLO call on the measured
+    requests finished so far, in schedule order, is clear."""
+
+    batch: int                # the level's concurrency: one round of its streams
+    attainment: float
+    false_verdict: float
+    seen: dict[int, list[tuple[int, str, bool]]] = field(default_factory=dict)   # worker -> its outcomes so far
+
+    def call(self, workers: list) -> sequential.Call | None:
+        """The call on every request scheduled before the earliest one still open (or a worker's answer)."""
+        answers: list[SloOutcomes] = []
+        for i, w in enumerate(workers):
+            try:
+                answers.append(ray.get(w.slo_outcomes.remote(len(self.seen.setdefault(i, [])))))
+            except ray.exceptions.RayActorError:
+                return None   # a dead worker's requests are unknown: the window runs to its longest
+            self.seen[i] += answers[-1].finished
+        cutoff = min(min(a.t_ns for a in answers), *(a.t_open_ns for a in answers if a.t_open_ns is not None))
+        known = sorted(o for outcomes in self.seen.values() for o in outcomes if o[0] < cutoff)
+        return sequential.decide([met for _, _, met in known], self.batch, self.attainment, self.false_verdict)
+
+
 def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_s: float, max_measure_s: float,
-                   needs: list[int], progress: StepProgress | None = None) -> list[int]:
+                   needs: list[int], progress: StepProgress | None = None,
+                   rules: list[SequentialWindow | None] | None = None) -> list[int]:
     """End each target's closed-loop window once it is `measure_s` long and `needs[g]` requests (default: C;
-    a search asks for enough for a clear call) were sent inside it, or at `max_measure_s`: with requests longer
-    than the window, a fixed window could hold no measured request at all. Returns each target's window end;
-    `progress` is shown meanwhile and told of each window held open past `measure_s`."""
+    a search asks for enough for a clear call) were sent inside it, or, with a sequential rule, once its SLO
+    call is clear; at the latest at `max_measure_s`: with requests longer than the window, a fixed window could
+    hold no measured request at all. Returns each target's window end; `progress` is shown meanwhile and told of
+    each window held open past `measure_s`."""
+    rules = rules or [None] * len(groups)
     t_ms = t_min_end - int(measure_s * 1e9)
     t_max_end = t_ms + int(max_measure_s * 1e9)
     ends: list[int | None] = [None] * len(groups)
@@ -50,14 +77,20 @@ def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_
         for g, workers in enumerate(groups):
             if ends[g] is not None:
                 continue
-            enough = sum(_measure_sent(w) for w in workers) >= needs[g]
+            rule = rules[g]
+            if rule is None:
+                enough = sum(_measure_sent(w) for w in workers) >= needs[g]
+                held = needs[g]
+            else:
+                call = rule.call(workers)
+                enough, held = call is not None, call.n if call else 0
             t = now_ns()  # after the counts: a request sent while they were read is counted and stays measured
             if enough or t >= t_max_end:
                 ends[g] = t
                 for w in workers:
                     w.close_window.remote(t)
                 if t > t_min_end + POLL_S * 2e9 and progress is not None:
-                    progress.extended(Extension(names[g], (t - t_ms) / 1e9, needs[g], t >= t_max_end))
+                    progress.extended(Extension(names[g], (t - t_ms) / 1e9, held, t >= t_max_end))
         if None in ends:
             stop.sleep(POLL_S)
     return ends  # type: ignore[return-value]

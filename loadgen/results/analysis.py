@@ -45,6 +45,7 @@ PARAMS: dict[str, str] = {
     "slo_tpot_ms": "SLO line: time per output token after the first, in ms (default: the run's [slo])",
     "slo_e2e_s": "SLO line: send to last byte in s (default: the run's [slo])",
     "slo_attainment": "SLO: share of measured requests that must meet every line (default: the run's, else 0.9)",
+    "slo_false_verdict": "SLO: judge each level by the sequential test at this error rate (default: the run's window)",
     "slo_max_error_rate": "SLO: share of measured requests that may fail (default: the run's, else 0.01)",
     "predicted_run": "twin_error: only this predicted run (default: every predicted run selected)",
     "measured_run": "twin_error: only this measured run (default: every measured run selected)",

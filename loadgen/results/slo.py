@@ -38,6 +38,7 @@ class Slo:
     e2e_s: float | None = None       # per request: send to last byte
     attainment: float = 0.9          # share of measured requests that must meet every line
     max_error_rate: float = 0.01     # share of measured requests that may fail (http error, timeout, ...)
+    false_verdict: float | None = None  # [load] window = "sequential": the sequential test's error rate
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

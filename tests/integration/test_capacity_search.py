@@ -128,3 +128,29 @@ def test_open_loop_search_stops_where_the_queue_starts(servers, tmp_path):
     assert row["first_fail"] / row["capacity"] - 1 <= 0.15 + 1e-3
     assert 0.7 * saturation <= row["capacity"] <= 1.2 * saturation, (row, saturation)
     assert row["first_fail"] > 0.8 * saturation, (row, saturation)
+
+
+@pytest.fixture(scope="module")
+def sequential_search(servers, tmp_path_factory):
+    results = tmp_path_factory.mktemp("sequential")
+    run_id, rows = _run(servers, {"search": "capacity", "search_min": 1, "search_max": 16,
+                                  "window": "sequential", "false_verdict": 0.05}, results)
+    return results, run_id, {r["target"]: r for r in rows}
+
+
+def test_a_sequential_search_finds_the_known_capacity(search, sequential_search):
+    """Each window ends once its SLO call is clear at a 5% error rate (loadgen/results/sequential.py), instead of
+    holding the 16 requests a Wilson interval needs; the answer is the same K, every level called by the test."""
+    _, _, capacity = sequential_search
+    for name, k in (("k2", 2), ("k4", 4)):
+        row = capacity[name]
+        assert (row["capacity"], row["first_fail"]) == (k, k + 1), row
+    seconds = {}
+    for label, (results, run_id, _) in (("fixed", search), ("sequential", sequential_search)):
+        con = analysis.open_results(results, [run_id])
+        [(seconds[label],)] = con.execute("SELECT sum(step_s) FROM step_info").fetchall()
+        if label == "sequential":
+            calls = con.execute("SELECT count(*) FILTER (sequential_verdict IS NOT NULL), count(*) "
+                                "FROM level_slo").fetchall()[0]
+            assert calls[0] == calls[1], calls        # every level was called by the sequential test
+    print(f"server-seconds: fixed windows {seconds['fixed']:.1f}, sequential {seconds['sequential']:.1f}")
