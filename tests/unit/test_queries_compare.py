@@ -6,6 +6,7 @@ frames carrying tok/s x 10 tokens, so every % change below is the report's, comp
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,36 @@ def test_compare_runs_before_and_after(tmp_path):
     assert rows[1]["tok_s_change_pct"] == round(100 * (250 / 202.8 - 1), 1)
     explicit = query(root, "compare_runs", run_a="unrelated", run_b="before")
     assert [(x["concurrency"], x["tok_s_a"]) for x in explicit] == [(8, 1.0)]
+
+
+def _paired_folder(tmp_path: Path, ratios: list[float]) -> Path:
+    """Two series in one step at C = 4, serving prompts p0..p(n-1) once each: the baseline's TPOT per prompt is
+    10 + 2k ms (the prompts differ), the other's that times ratios[k]; TTFT 50 ms against 40 ms."""
+    r = Results()
+    r.run("paired")
+    for index, target in enumerate(("mtp", "dflash")):
+        r.step("paired", 0, target, target_index=index, algorithm=target.upper(), concurrency=4,
+               window_ms=(1000, 60_000))
+        for k, ratio in enumerate(ratios):
+            tpot = (10 + 2 * k) * (ratio if index else 1.0)
+            first = 2000 + (40 if index else 50)
+            r.request("paired", 0, target, f"{target}-{k}", sent_ms=2000, prompt_id=f"p{k}",
+                      frames=[(first, 1), (first + 10 * tpot, 10)])
+    return r.write(tmp_path)
+
+
+def test_paired_reads_the_ratio_prompt_by_prompt(tmp_path):
+    """Per prompt the other decodes in 0.8x the time (+-1%): the verdict is clear from 8 prompts although the
+    prompts' own TPOTs spread 10-24 ms, and the ratio is the prompts' geometric mean, by hand."""
+    ratios = [0.8 * (1.01 if k % 2 else 0.99) for k in range(8)]
+    [row] = query(_paired_folder(tmp_path, ratios), "paired")
+    assert (row["baseline_target"], row["target"], row["pairs"], row["verdict"]) == ("mtp", "dflash", 8, "faster")
+    assert row["tpot_ratio"] == pytest.approx(math.exp(sum(math.log(x) for x in ratios) / 8), abs=1e-3)
+    assert row["tpot_ratio_low"] < row["tpot_ratio"] < row["tpot_ratio_high"] < 1
+    assert row["ttft_ratio"] == pytest.approx(0.8, abs=1e-3)
+
+
+def test_paired_says_no_difference_when_prompts_disagree(tmp_path):
+    """Half the prompts 20% faster, half 20% slower: the interval spans 1."""
+    [row] = query(_paired_folder(tmp_path, [0.8, 1.25] * 4), "paired")
+    assert row["verdict"] == "no difference" and row["tpot_ratio_low"] < 1 < row["tpot_ratio_high"]
