@@ -73,6 +73,32 @@ def no_stop_carried_over() -> Iterator[None]:
 
 
 UNIT = Path(__file__).parent / "unit"
+TESTS = Path(__file__).parent
+# The order xdist hands files to its two workers (`--dist loadfile --no-loadscope-reorder` in pyproject.toml): the
+# tiers' longest files first, then the rest of e2e, integration and unit (short files last, so that both workers end
+# together). xdist's default order, by number of tests, put minutes-long files of one or two tests (e2e, Chromium)
+# last, and a long file started last keeps one worker busy while the other idles. A stale list costs balance, never
+# a verdict; the numbers are in the commit that measured them (pytest --durations).
+LONGEST_FIRST = ("e2e/test_resume.py", "e2e/test_fleet_cluster.py", "integration/test_llamacpp_server.py",
+                 "integration/test_plan.py", "e2e/test_stop_signals.py", "integration/test_server_death.py",
+                 "integration/test_capacity_search.py", "integration/test_vllm_server.py", "e2e/test_twin.py",
+                 "integration/test_report_chromium.py", "e2e/test_wheel.py", "integration/test_faults.py",
+                 "unit/test_report.py", "unit/test_plan_units.py")
+TIERS = ("e2e", "integration", "unit")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files in LONGEST_FIRST's order, then the others by tier, each file's tests in their own order."""
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        try:
+            rel = item.path.relative_to(TESTS).as_posix()
+        except ValueError:
+            return len(LONGEST_FIRST) + len(TIERS), 0
+        if rel in LONGEST_FIRST:
+            return LONGEST_FIRST.index(rel), 0
+        tier = rel.split("/")[0]
+        return len(LONGEST_FIRST) + (TIERS.index(tier) if tier in TIERS else len(TIERS)), 0
+    items.sort(key=rank)   # stable: files keep their collection order within a rank, tests theirs
 _in_unit_test = False
 
 

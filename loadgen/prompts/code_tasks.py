@@ -8,6 +8,7 @@ which is what moves speculative-decoding acceptance.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Callable, Iterator
 
@@ -41,7 +42,7 @@ def _type_hints(fn: StdlibFunction) -> str | None:
 
 
 def _find_bug(fn: StdlibFunction) -> str | None:
-    buggy = mutate(fn.source, fn.ref)
+    buggy = _mutated(fn.source, fn.ref)
     if buggy is None:
         return None
     return (f"This function, adapted from `{fn.module}`, has a bug: exactly one comparison or boolean "
@@ -107,6 +108,13 @@ def mutate(source: str, salt: str) -> str | None:
     row, start, end, new = sites[stable_hash(salt) % len(sites)]
     lines[row] = lines[row][:start] + new.encode() + lines[row][end:]
     return b"".join(lines).decode()
+
+
+@functools.cache
+def _mutated(source: str, salt: str) -> str | None:
+    """mutate, once per function in a process: every PromptMix checks each template's every function against its
+    length bounds (mix.py _pools), and parsing the stdlib's functions again took 2-3 s a mix."""
+    return mutate(source, salt)
 
 
 def code_pools(templates: tuple[str, ...]) -> list[Pool]:

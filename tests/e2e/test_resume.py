@@ -101,40 +101,51 @@ def _raw_requests(results: Path, run_id: str) -> int:
     return duckdb.sql(f"SELECT count(*) FROM read_parquet('{glob}')").fetchall()[0][0]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(ray_local, emulator_factory, tmp_path_factory):
+    """The two emulators and the uninterrupted run on them, run once for every kill below (each compares its resumed
+    run with this one: the same steps, the same requests per step): (emulator URLs, results folder, run id, the
+    steps' duration in s)."""
+    with emulator_factory(*EMU) as a, emulator_factory(*EMU) as b:
+        folder = tmp_path_factory.mktemp("base")
+        base_dir = folder / "base"
+        text = _run_to_end(_driver(_experiment(folder, [a, b]), base_dir))
+        base_id = re.search(r"^run (\S+): ", text, re.M).group(1)
+        duration = duckdb.sql(f"SELECT sum(DISTINCT (t_end_ns - t_start_ns) / 1e9) FROM "
+                              f"read_parquet('{base_dir}/steps/*/*.parquet')").fetchall()[0][0] + 1
+        yield [a, b], base_dir, base_id, duration
+
+
 @pytest.mark.parametrize("sig,seed", [(signal.SIGKILL, 0), (signal.SIGKILL, 1), (signal.SIGKILL, 2),
                                       (signal.SIGTERM, 3)], ids=["kill-0", "kill-1", "kill-2", "term-3"])
 @pytest.mark.timeout(600)
-def test_sigkill_and_resume_equals_uninterrupted(sig, seed, ray_local, emulator_factory, tmp_path):
+def test_sigkill_and_resume_equals_uninterrupted(sig, seed, uninterrupted, tmp_path):
     rng = random.Random(seed)
     kills = 2 if seed == 2 else 1   # seed 2: the resumed driver is killed too, and resumed again
-    with emulator_factory(*EMU) as a, emulator_factory(*EMU) as b:
-        config = _experiment(tmp_path, [a, b])
-        base_dir, results = tmp_path / "base", tmp_path / "results"
-        text = _run_to_end(_driver(config, base_dir))
-        base_id = re.search(r"^run (\S+): ", text, re.M).group(1)
-        # the kills fall anywhere in the steps' time line (bring-up before it is most of a run's wall time here)
-        duration = duckdb.sql(f"SELECT sum(DISTINCT (t_end_ns - t_start_ns) / 1e9) FROM "
-                              f"read_parquet('{base_dir}/steps/*/*.parquet')").fetchall()[0][0] + 1
-        first_kill = rng.uniform(0.1, duration * (0.3 if kills == 2 else 0.9))   # seed 2 leaves room for a second
-        if sig == signal.SIGTERM:   # inside the first step (>= 1 s): its cut rows are written, then superseded
-            first_kill = rng.uniform(0.3, 0.8)
-        run_id, out = _kill_after(_driver(config, results), first_kill, sig)
-        assert run_id, "".join(out)
-        for _ in range(kills - 1):   # the resumed driver killed in its turn
-            _, more = _kill_after(_driver(config, results, "--resume", run_id), rng.uniform(0.1, 1.5))
-            out += more
-        finished = _finished_steps(results, run_id)
-        t0 = time.monotonic()
-        proc = _driver(config, results, "--resume", run_id)
-        recovery, lines = None, []
-        for line in proc.stdout:
-            lines.append(line)
-            if recovery is None and "[step " in line:
-                recovery = time.monotonic() - t0     # from the resume command to its first step
-        proc.wait(300)
-        assert proc.returncode == 0, "".join(lines)
-        resumed_text = "".join(lines)
-        assert f"resuming run {run_id}" in resumed_text
+    urls, base_dir, base_id, duration = uninterrupted
+    config = _experiment(tmp_path, urls)
+    results = tmp_path / "results"
+    # the kills fall anywhere in the steps' time line (bring-up before it is most of a run's wall time here)
+    first_kill = rng.uniform(0.1, duration * (0.3 if kills == 2 else 0.9))   # seed 2 leaves room for a second
+    if sig == signal.SIGTERM:   # inside the first step (>= 1 s): its cut rows are written, then superseded
+        first_kill = rng.uniform(0.3, 0.8)
+    run_id, out = _kill_after(_driver(config, results), first_kill, sig)
+    assert run_id, "".join(out)
+    for _ in range(kills - 1):   # the resumed driver killed in its turn
+        _, more = _kill_after(_driver(config, results, "--resume", run_id), rng.uniform(0.1, 1.5))
+        out += more
+    finished = _finished_steps(results, run_id)
+    t0 = time.monotonic()
+    proc = _driver(config, results, "--resume", run_id)
+    recovery, lines = None, []
+    for line in proc.stdout:
+        lines.append(line)
+        if recovery is None and "[step " in line:
+            recovery = time.monotonic() - t0     # from the resume command to its first step
+    proc.wait(300)
+    assert proc.returncode == 0, "".join(lines)
+    resumed_text = "".join(lines)
+    assert f"resuming run {run_id}" in resumed_text
     base, got = _tables(base_dir, base_id), _tables(results, run_id)
     expected_keys = {(f"emu{i}", c, r) for i in range(2) for c in LEVELS for r in range(REPEATS)}
     assert set(base["steps"]) == expected_keys and set(base["steps"].values()) == {1}

@@ -43,9 +43,20 @@ def seed_like(root: Path, one_repeat: bool = True, dflash_info: str | None = Non
     return r.write(root)
 
 
-def test_verdict_names_the_crossover_and_says_the_noise_is_unknown_with_one_repeat(tmp_path):
-    report = load_report(seed_like(tmp_path / "results"))
-    md = markdown_summary(report)
+@pytest.fixture(scope="module")
+def seed_report(tmp_path_factory):
+    """seed_like's report, loaded once for the tests that only read it (a report runs ~20 queries: ~1.5 s)."""
+    return load_report(seed_like(tmp_path_factory.mktemp("seed") / "results"))
+
+
+@pytest.fixture(scope="module")
+def seed_plot_titles(seed_report):
+    """The titles of seed_like's plots, drawn once (~2 s of matplotlib)."""
+    return [p.title for p in plots(seed_report)]
+
+
+def test_verdict_names_the_crossover_and_says_the_noise_is_unknown_with_one_repeat(seed_report):
+    md = markdown_summary(seed_report)
     answer = next(line for line in md.splitlines() if line.startswith("- dflash (DFLASH) vs mtp (NEXTN)"))
     assert "faster up to C=8, slower from C=16." in answer
     assert "+35.9% at C=1" in answer and "\u221216.9% at C=16" in answer
@@ -137,8 +148,8 @@ def test_html_page_verdict_first_tables_readable(tmp_path):
     assert "<details><summary>Latency per step (ms; decode_tok_s in tok/s) (" in text   # long: collapsed
 
 
-def test_errors_plot_only_when_measured_requests_failed(tmp_path):
-    assert "Errors" not in [p.title for p in plots(load_report(seed_like(tmp_path / "ok")))]
+def test_errors_plot_only_when_measured_requests_failed(tmp_path, seed_plot_titles):
+    assert "Errors" not in seed_plot_titles
     r = Results()
     r.run("seed")
     add_series(r, "seed", "mtp", 0, "NEXTN", {1: [20.0], 2: [40.0]})
@@ -174,7 +185,7 @@ def test_capacity_search_report_shows_the_slo_capacity_and_probes(tmp_path):
     assert "Capacity search" in [p.title for p in plots(report)]
 
 
-def test_fleet_report_shows_nodes_against_the_fleet_median(tmp_path):
+def test_fleet_report_shows_nodes_against_the_fleet_median(tmp_path, seed_plot_titles):
     r = Results()
     r.run("fleet")
     for i, (node, tok_s) in enumerate([("spark1", 100.0), ("spark2", 102.0), ("spark3", 70.0)]):
@@ -186,7 +197,7 @@ def test_fleet_report_shows_nodes_against_the_fleet_median(tmp_path):
     md = markdown_summary(report)
     assert "Node spark3 is off the fleet in mtp: aggregate tok/s \u221230.0% at C=1, \u221230.0% at C=4" in md
     assert "spark1 is off" not in md and "spark2 is off" not in md
-    assert "Nodes vs fleet median" not in [p.title for p in plots(load_report(seed_like(tmp_path / "one")))]
+    assert "Nodes vs fleet median" not in seed_plot_titles
 
 
 # ---- in a real browser -------------------------------------------------------------------------------------
