@@ -4,8 +4,8 @@ over HTTP at C = 1, 4, 16 and fitted; the plan for N users per configuration, th
 themselves in virtual time (the emulator's own model without HTTP, as test_twin's truth), as a fleet of k nodes at
 the same N users through the same router. The plan must be within one node of the truth's fewest nodes, where its
 twin's fit is within 15% (test_twin's bar), plus the nodes its interval's width costs (a plan is sized by the
-interval's low end, and says so: a fit on a busy machine once put dflash2 at 13-16 users a node, 12 nodes for 150
-users where the point and the truth need 10); a twin over it (a fit from levels measured while this 2-core machine is
+interval's low end, and says so: a fit on a busy machine once planned 12 dflash2 nodes for 150 users where the
+truth needs 10); a twin over it (a fit from levels measured while this 2-core machine is
 busy: slow-mtp's TTFT p90 at C = 1 once 52% off) is planned and said so, and its plan is not short of the truth by
 more than a node (its interval is wide: sized by the low end, it leans to more nodes).
 """
