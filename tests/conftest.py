@@ -194,7 +194,6 @@ def ray_head(tmp_dir: str, *head_args: str, workers: Sequence[Sequence[str]] = (
     with those `ray start` args: a multi-node cluster on one machine); yields the job-submission address.
     Stopped by killing exactly this cluster's processes (found by its temp dir and GCS port), never by
     `ray stop`."""
-    import psutil
     gcs_port, dashboard_port = free_port(), free_port()
 
     def ports(*names: str) -> list[str]:
@@ -209,27 +208,53 @@ def ray_head(tmp_dir: str, *head_args: str, workers: Sequence[Sequence[str]] = (
                     *ports("ray-client-server-port"), *head_args,
                     f"--temp-dir={tmp_dir}", "--include-dashboard=true", "--disable-usage-stats"],
                    check=True, capture_output=True, timeout=120, env=env, preexec_fn=sigint_default)
-    for args in workers:
-        subprocess.run(["ray", "start", f"--address=127.0.0.1:{gcs_port}", "--node-ip-address=127.0.0.1",
-                        *ports(), *args, "--disable-usage-stats"], check=True, capture_output=True, timeout=120,
-                       env=env, preexec_fn=sigint_default)
     try:
+        for args in workers:
+            _start_raylet(gcs_port, [*ports(), *args], env)
         yield f"http://127.0.0.1:{dashboard_port}"
     finally:
-        roots = [p for p in psutil.process_iter(["cmdline"])
-                 if any(tmp_dir in a or f":{gcs_port}" in a for a in (p.info["cmdline"] or []))]
-        victims = set(roots)
-        for root in roots:
-            try:
-                victims.update(root.children(recursive=True))
-            except psutil.NoSuchProcess:
-                pass
-        for proc in victims:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(list(victims), timeout=10)
+        _kill_matching(lambda arg: tmp_dir in arg or f":{gcs_port}" in arg)
+
+
+def _start_raylet(gcs_port: int, args: list[str], env: dict | None) -> None:
+    """`ray start` of one more raylet. Ray gives a raylet a fixed 30 s to register with the GCS, which a loaded
+    machine can miss: that attempt's processes (found by its node-manager port) are killed and it starts again."""
+    for attempt in (1, 2, 3):
+        port = next(a for a in args if a.startswith("--node-manager-port=")).split("=", 1)[1]
+        try:
+            subprocess.run(["ray", "start", f"--address=127.0.0.1:{gcs_port}", "--node-ip-address=127.0.0.1",
+                            *args, "--disable-usage-stats"], check=True, capture_output=True, timeout=120,
+                           env=env, preexec_fn=sigint_default)
+            return
+        except subprocess.CalledProcessError as exc:
+            if attempt == 3 or b"timed out during startup" not in exc.stderr:
+                raise
+            _kill_matching(functools.partial(_is_node_manager_port, port))
+            args = [a if not a.startswith("--node-manager-port=") else f"--node-manager-port={free_port()}"
+                    for a in args]
+
+
+def _is_node_manager_port(port: str, arg: str) -> bool:
+    """`--node-manager-port=P` (ray start) or `--node_manager_port=P` (the raylet it started)."""
+    return arg.replace("_", "-") == f"--node-manager-port={port}"
+
+
+def _kill_matching(matches: Callable[[str], bool]) -> None:
+    """Kill the processes one of whose arguments `matches`, and their children."""
+    import psutil
+    roots = [p for p in psutil.process_iter(["cmdline"]) if any(matches(a) for a in (p.info["cmdline"] or []))]
+    victims = set(roots)
+    for root in roots:
+        try:
+            victims.update(root.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(list(victims), timeout=10)
 
 
 def submit_job(address: str, entrypoint: list[str], timeout_s: float = 240, options: tuple[str, ...] = (),
