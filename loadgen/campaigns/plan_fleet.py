@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from loadgen.emulator.costmodel import Forward
 from loadgen.emulator.engine import Engine
-from loadgen.emulator.gpu import GpuModel
+from loadgen.emulator.gpu import GpuModel, window_joules
 from loadgen.emulator.request import EmuRequest
 from loadgen.emulator.simulate import SimPrompt, SimRequest
 from loadgen.results.slo import Slo
@@ -95,7 +96,7 @@ class _Node:
     until: float = math.inf
     outstanding: int = 0
     peak: int = 0
-    busy_j: float = 0.0        # joules above idle of the forwards inside the window (modelled)
+    forwards: list[tuple[float, Forward]] = field(default_factory=list)   # each forward's start, in order
 
 
 def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt], float]], demand: Demand, max_new_tokens: int,
@@ -155,10 +156,7 @@ def run_fleet(nodes: Sequence[tuple[Twin, Sequence[SimPrompt], float]], demand: 
             return
         node.until = t + node.step[2]
         if node.gpu is not None:
-            forward = node.engine.last_forward
-            lo, hi = max(t, window.measure_start), min(node.until, measure_end or math.inf)
-            extra_w = node.gpu.forward_power(forward) - node.twin.hardware.idle_power_w
-            node.busy_j += extra_w * max(0.0, hi - lo) * node.twin.time_scale
+            node.forwards.append((t, node.engine.last_forward))
 
     while True:
         i = min(range(len(fleet)), key=lambda j: fleet[j].until)
@@ -228,8 +226,7 @@ def _judge(fleet: list[_Node], sent: list[tuple[SimRequest, int]], t0: float, t1
             ok &= values * unit <= line
     attainment = float(ok.mean()) if len(done) else 0.0
     window = t1 - t0
-    energy = tuple(None if n.gpu is None else n.twin.hardware.idle_power_w * window * n.twin.time_scale + n.busy_j
-                   for n in fleet)
+    energy = tuple(None if n.gpu is None else window_joules(n.gpu, n.forwards, t0, t1) for n in fleet)
     return FleetLevel(
         nodes=len(fleet), demand=demand, requests=len(done), tok_s=tokens / window if window > 0 else 0.0,
         ttft_p90_ms=1e3 * float(np.quantile(ttft, 0.9)) if len(done) else math.inf,

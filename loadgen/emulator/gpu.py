@@ -150,6 +150,12 @@ def counters_at(gpu: GpuModel, forwards: Sequence[tuple[float, Forward]], times:
     return out
 
 
+def window_joules(gpu: GpuModel, forwards: Sequence[tuple[float, Forward]], t0: float, t1: float) -> float:
+    """The GPU's joules over [t0, t1) of a simulated level: its energy counter's rise (counters_at)."""
+    (e0, _), (e1, _) = counters_at(gpu, forwards, [t0, t1])
+    return e1 - e0
+
+
 _FIELDS = {   # dcgm-exporter's metric type and help text (etc/default-counters.csv)
     "DCGM_FI_DEV_SM_CLOCK": ("gauge", "SM clock frequency (in MHz)."),
     "DCGM_FI_DEV_MAX_SM_CLOCK": ("gauge", "Maximum supported SM clock for the device (in MHz)."),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen.emulator.gpu import GpuModel, counters_at
+from loadgen.emulator.gpu import GpuModel, window_joules
 from loadgen.emulator.simulate import LevelRun, SimPrompt, Window, run_closed
 from loadgen.twin.model import Twin
 
@@ -66,9 +66,8 @@ def level_figures(run: LevelRun, measure_start: float) -> dict[str, float]:
 def window_power(twin: Twin, run: LevelRun, measure_start: float) -> float:
     """The twin's modelled GPU's mean power over the run's window, W: its energy counter's rise over the window's
     modelled seconds."""
-    gpu = GpuModel(twin.hardware, twin.time_scale)
-    (e0, _), (e1, _) = counters_at(gpu, run.forwards, [measure_start, run.measure_end])
-    return (e1 - e0) / ((run.measure_end - measure_start) * twin.time_scale)
+    joules = window_joules(GpuModel(twin.hardware, twin.time_scale), run.forwards, measure_start, run.measure_end)
+    return joules / ((run.measure_end - measure_start) * twin.time_scale)
 
 
 def expected_power(twin: Twin, concurrency: int, prompts: Sequence[SimPrompt], protocol: Protocol,
