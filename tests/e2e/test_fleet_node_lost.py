@@ -56,8 +56,9 @@ def _busy(port: int) -> bool:
         return False
 
 
-def _remove_node(resource: str, killed: list[int]) -> None:
-    """Kill the raylet that holds `resource`, and every process under it (its workers, the server's actor)."""
+def _remove_node(ray_dir: str, resource: str, killed: list[int]) -> None:
+    """Kill this cluster's raylet (found by its temp dir) that holds `resource`, and every process under it (its
+    workers, the server's actor); another test's cluster on this machine may have a node of the same name."""
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         port = _emulator_port("2")
@@ -66,8 +67,9 @@ def _remove_node(resource: str, killed: list[int]) -> None:
         time.sleep(0.2)
     time.sleep(1.0)
     for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if "raylet" in cmd and resource in cmd:
+        args = p.info["cmdline"] or []
+        cmd = " ".join(args)
+        if "raylet" in cmd and resource in cmd and f"--temp_dir={ray_dir}" in args:
             victims = [p, *p.children(recursive=True)]
             for v in victims:
                 try:
@@ -88,7 +90,7 @@ def test_node_removed_mid_run(tmp_path):
     workers = [["--num-cpus=1", '--resources={"spark2": 1}', "--object-store-memory=100000000"]]
     killed: list[int] = []
     with ray_head(ray_dir, *head, workers=workers) as address:
-        remover = threading.Thread(target=_remove_node, args=("spark2", killed), daemon=True)
+        remover = threading.Thread(target=_remove_node, args=(ray_dir, "spark2", killed), daemon=True)
         remover.start()
         job = submit_job(address, ["python3", "-m", "jobs.fleet", "--config", str(config), "--results", str(results)],
                          timeout_s=480)
