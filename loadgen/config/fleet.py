@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.config.tables import check_name, load_toml
-from loadgen.config.targets import FLAVORS, TELEMETRY_KEYS, TargetConfig, check_url, emulator_args, telemetry_options
+from loadgen.config.targets import (
+    FLAVORS,
+    TELEMETRY_KEYS,
+    TargetConfig,
+    check_url,
+    emulator_args,
+    telemetry_options,
+    twin_file,
+)
 from loadgen.errors import ConfigError
 from loadgen.keys import REQUIRED, Bounds, Choice, Key, Keys, StrictTable
 
@@ -54,6 +62,8 @@ FLEET_CONFIGURATION = Keys("fleet.configurations", "A stage: every node's launch
     Key("profile", str, None, "the launch profile of every node not in `nodes`"),
     Key("nodes", dict, {}, "node name -> its launch profile"),
     Key("name", str, None, "the stage's name", shown="the profile's name"),
+    Key("watch_twin", str, None, "each node's own twin of this configuration, relative to the experiment file, "
+        "`{node}` standing for the node's name (\"twins/{node}-mtp.toml\"): a node off it is named (docs/twin.md)"),
 ))
 
 
@@ -227,6 +237,7 @@ def _parse_stages(t: StrictTable, nodes: tuple[FleetNode, ...], launch: str, pro
         default = c.read("profile")
         per_node = c.read("nodes")
         stage_name = c.read("name", default)
+        watch = c.read("watch_twin")
         c.done()
         check_name(stage_name, f"{key}.name", ": name the configuration")
         unknown = sorted(set(per_node) - {n.name for n in nodes})
@@ -244,8 +255,10 @@ def _parse_stages(t: StrictTable, nodes: tuple[FleetNode, ...], launch: str, pro
         flags = {n.name: _flags(n, profiles[n.name], replace) for n in nodes}
         targets = tuple(TargetConfig(f"{n.name}.{stage_name}", flavor, None,
                                      emulator_args(flags[n.name], f"fleet.nodes.{n.name}.flags", base_dir),
-                                     n.name, n.api_key_env, telemetry=n.telemetry,
-                                     telemetry_gpus=n.telemetry_gpus) for n in nodes)
+                                     n.name, n.api_key_env, telemetry=n.telemetry, telemetry_gpus=n.telemetry_gpus,
+                                     watch_twin=None if watch is None else
+                                     twin_file(watch.replace("{node}", n.name), f"{key}.watch_twin", base_dir))
+                        for n in nodes)
         stages.append(Stage(stage_name, profiles, flags, targets))
     _unique([s.name for s in stages], "fleet.configurations", "configuration")
     return tuple(stages)

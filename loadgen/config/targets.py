@@ -163,9 +163,14 @@ def watch_twin(t: StrictTable, key: str, base_dir: Path, measured: bool) -> str 
     if not measured:
         raise ConfigError(f"{key}.watch_twin", "a twin target is the prediction itself: it watches no twin",
                           "give watch_twin to a url or [emulator] target")
+    return twin_file(raw, f"{key}.watch_twin", base_dir)
+
+
+def twin_file(raw: str, key: str, base_dir: Path) -> str:
+    """A twin file named relative to the experiment file, resolved; it must exist."""
     path = (base_dir / raw).resolve()
     if not path.is_file():
-        raise ConfigError(f"{key}.watch_twin", f"twin file not found: {path}",
+        raise ConfigError(key, f"twin file not found: {path}",
                           "write one with `loadgen twin fit --results R --run ID -o FILE`")
     return str(path)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -23,6 +24,7 @@ import pytest
 from conftest import fleet_toml, ray_head, submit_job
 from loadgen.driver.runner import START_DELAY_S
 from loadgen.results import analysis
+from twinkit import hidden_profile
 
 REPO = Path(__file__).parents[2]
 MARK = f"fleet-test-{uuid.uuid4().hex[:8]}"   # in every emulator's --model-path: finds our server processes
@@ -56,6 +58,7 @@ name = "mixed"
 nodes = { spark1 = "mtp", spark2 = "dflash2-b8", spark3 = "none" }
 [[fleet.configurations]]
 profile = "mtp"
+watch_twin = "{node}-mtp.toml"
 """
 
 BROKEN = """
@@ -112,6 +115,9 @@ def sweep(cluster, tmp_path_factory):
     address, ids = cluster
     folder = tmp_path_factory.mktemp("fleet")
     results = folder / "results"
+    twin = hidden_profile(0, folder / "twin", "mtp", time_scale=4.0, spread=0.0).truth   # the mtp emulator's own model
+    for node in ("spark1", "spark2", "spark3"):   # each node's twin: the model its time-scale 4 would serve
+        shutil.copy(twin, folder / f"{node}-mtp.toml")
     job = submit_job(address, ["python3", "-m", "jobs.fleet", "--config", str(_write(folder, "sweep", SWEEP)),
                                "--results", str(results)])
     left = _our_servers()   # the cluster is still up: only the job itself can have stopped them
@@ -185,6 +191,23 @@ def test_fleet_queries_flag_the_slowed_node(sweep):
     capacity = {r["configuration"]: r for r in analysis.run_query(con, "fleet_capacity").to_pylist()}
     assert capacity["mtp"]["nodes"] == 3 and capacity["mtp"]["together"] is True
     assert capacity["mtp"]["fleet_tok_s"] == pytest.approx(sum(r["tok_s"] for r in mtp.values()), abs=0.05)
+
+
+def test_a_node_off_its_twin_is_named(sweep):
+    """Every node of the mtp configuration watches a twin of the emulator at time-scale 4 (`watch_twin` with
+    `{node}`); spark3 runs at 0.5, 8x slower: it is named off its twin, in the answer and in fleet_nodes, and it is
+    further off than either healthy node (which the machine's load may move by tens of percent)."""
+    job, results, _, _ = sweep
+    con = analysis.open_results(results)
+    checks = con.execute("SELECT DISTINCT node, twin_file FROM twin_checks ORDER BY node").fetchall()
+    assert [(n, Path(f).name) for n, f in checks] == [(n, f"{n}-mtp.toml") for n in ("spark1", "spark2", "spark3")]
+    drift = {(r["node"], r["metric"]): r for r in analysis.run_query(con, "twin_drift").to_pylist()}
+    assert drift[("spark3", "tok_s")]["drift"] is True and drift[("spark3", "tok_s")]["off_pct"] < -50, drift
+    assert all(abs(drift[(n, "tok_s")]["off_pct"]) < abs(drift[("spark3", "tok_s")]["off_pct"])
+               for n in ("spark1", "spark2")), drift
+    nodes = {r["node"]: r for r in analysis.run_query(con, "fleet_nodes").to_pylist() if r["configuration"] == "mtp"}
+    assert nodes["spark3"]["drift"] is True, nodes
+    assert re.search(r"spark3\S* serves \d+% below its twin of .* at C = 4", job.stdout), job.stdout[-3000:]
 
 
 def test_failing_job_leaves_no_server(cluster, tmp_path):

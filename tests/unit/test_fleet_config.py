@@ -140,3 +140,19 @@ def test_profile_extends_loop_is_an_error(tmp_path):
     (tmp_path / "y.toml").write_text('extends = "x"\n[flags]\nmodel-path = "m"\n')
     with pytest.raises(ConfigError, match="loop"):
         load_profile("x", tmp_path)
+
+
+def test_a_configuration_watches_each_nodes_own_twin(tmp_path):
+    """`watch_twin` with `{node}`: each node's target watches its own file, relative to the experiment; a node
+    without one stops the parse, naming the configuration's key and the missing file."""
+    for node in ("a", "b", "c"):
+        (tmp_path / f"{node}-mtp.toml").write_text("")
+    fleet = parse_fleet({"launch": "emulator", "nodes": NODES,
+                         "configurations": [{"profile": "mtp", "watch_twin": "{node}-mtp.toml"}, {"profile": "none"}]},
+                        tmp_path)
+    assert [t.watch_twin for t in fleet.stages[0].targets] == [str(tmp_path / f"{n}-mtp.toml") for n in "abc"]
+    assert [t.watch_twin for t in fleet.stages[1].targets] == [None, None, None]
+    (tmp_path / "c-mtp.toml").unlink()
+    with pytest.raises(ConfigError, match=r"fleet\.configurations\[0\]\.watch_twin.*not found: .*c-mtp\.toml"):
+        parse_fleet({"launch": "emulator", "nodes": NODES,
+                     "configurations": [{"profile": "mtp", "watch_twin": "{node}-mtp.toml"}]}, tmp_path)
