@@ -74,8 +74,8 @@ FROM (FROM results_table('steps', by_name := true)
 WHERE kept(run_id, step_id);
 
 -- Schema 5 added requests.prompt_tokens_target; schema 6 resent, session_id, turn, shared_prefix and
--- completion_tokens_target; schema 7 t_first_answer_ns, reasoning_tokens, reasoning_from and turn_kind (NULL in
--- older files).
+-- completion_tokens_target; schema 7 t_first_answer_ns, reasoning_tokens, reasoning_from and turn_kind; schema 9
+-- server_ttft_s (NULL in older files).
 -- Read by name only when the folder mixes schema versions (analysis sets mixed_schemas): by position a newer file
 -- first fails, an older first drops it.
 CREATE OR REPLACE VIEW requests AS
@@ -84,7 +84,7 @@ FROM (FROM results_table('requests', by_name := coalesce(getvariable('mixed_sche
                                NULL::VARCHAR AS session_id, NULL::INTEGER AS turn, NULL::VARCHAR AS shared_prefix,
                                NULL::BIGINT AS completion_tokens_target, NULL::BIGINT AS t_first_answer_ns,
                                NULL::BIGINT AS reasoning_tokens, NULL::VARCHAR AS reasoning_from,
-                               NULL::VARCHAR AS turn_kind WHERE false)
+                               NULL::VARCHAR AS turn_kind, NULL::DOUBLE AS server_ttft_s WHERE false)
 WHERE kept(run_id, step_id);
 
 CREATE OR REPLACE VIEW frames AS FROM results_table('frames') WHERE kept(run_id, step_id);

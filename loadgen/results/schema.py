@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 8  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
+SCHEMA_VERSION = 9  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.probe;
                     # 4: runs.config_hash, runs.superseded_steps, runs.written_at_ns (resume);
                     # 5: requests.prompt_tokens_target
                     # 6: gpu_samples, steps.hardware (GPU telemetry, docs/telemetry.md); requests.resent;
@@ -20,6 +20,7 @@ SCHEMA_VERSION = 8  # 2: client_samples.read_delay_max_ms; 3: runs.slo, steps.pr
                     # 7: requests.t_first_answer_ns, reasoning_tokens, reasoning_from (reasoning models);
                     #    requests.turn_kind (agent sessions)
                     # 8: twin_checks (a measured target's twin beside it: docs/twin.md, "A twin that watches")
+                    # 9: requests.server_ttft_s (the server's own time to first token, where it reports one)
 
 # Request outcome classes. Exactly one per `requests` row.
 STATUSES = (
@@ -122,7 +123,8 @@ REQUESTS = pa.schema([
                                         # thinking; NULL: no answer came, or unknown (native route of a thinker)
     ("t_last_token_ns", pa.int64()),
     ("t_done_ns", pa.int64()),            # a complete response: the stamp of its last read; else when it was cut
-    ("server_e2e_s", pa.float64()),
+    ("server_e2e_s", pa.float64()),       # the server's own time for the request, when it reports one
+    ("server_ttft_s", pa.float64()),      # the server's own time to its first token, from where its clock starts
     ("num_frames", pa.int32()),
     ("status", pa.string()),
     ("http_status", pa.int32()),

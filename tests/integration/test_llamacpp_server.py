@@ -200,10 +200,12 @@ def test_throughput_and_ttft_against_the_servers_own_timings(llama_run):
         # token vs its eval time
         ours = sorted(_rows(con, "SELECT prompt_tokens AS p, (t_first_token_ns - t_sent_ns) / 1e6 AS ttft_ms, "
                                  "(t_last_token_ns - t_first_token_ns) / 1e6 AS gen_ms, t_sent_ns, "
-                                 "(t_done_ns - t_sent_ns) / 1e6 AS e2e_ms, server_e2e_s FROM requests"),
+                                 "(t_done_ns - t_sent_ns) / 1e6 AS e2e_ms, server_e2e_s, server_ttft_s FROM requests"),
                       key=lambda r: (r["p"], r["t_sent_ns"]))
         theirs = sorted(logged, key=lambda t: (t["prompt_n"], t["task"]))
         ttft_diff = [o["ttft_ms"] - t["prompt_ms"] for o, t in zip(ours, theirs)]
+        # each request's own prompt time, read from its final frame (requests.server_ttft_s), is the one it logged
+        assert [1e3 * o["server_ttft_s"] for o in ours] == pytest.approx([t["prompt_ms"] for t in theirs], abs=0.01)
         gen_diff = [o["gen_ms"] - t["gen_ms"] for o, t in zip(ours, theirs)]
         assert [o["p"] for o in ours] == [t["prompt_n"] for t in theirs]
         # the server's prompt time starts when a slot takes the request: ours is never shorter. What ours adds
@@ -371,7 +373,7 @@ def test_timings_give_verify_steps_and_cached_tokens(route):
     assert state.status == "ok" and state.completion_tokens == 40
     assert state.spec_verify_ct == 40 - 1 - 25       # target decode passes after the prompt pass
     assert state.cached_tokens == 7
-    assert state.server_e2e_s == pytest.approx(0.53)
+    assert state.server_e2e_s == pytest.approx(0.53) and state.server_ttft_s == pytest.approx(0.03)
 
 
 def test_no_draft_no_spec_stats_and_usage_cached_tokens_win():

@@ -192,7 +192,7 @@ def test_code_edits_draft_far_more_than_prose(vllm_run):
 def test_ttft_against_the_servers_own(vllm_run):
     for concurrency, (con, delta) in vllm_run.items():
         rows = _rows(con, "SELECT (t_first_token_ns - t_sent_ns) / 1e9 AS ttft_s, "
-                          "(t_done_ns - t_sent_ns) / 1e9 AS e2e_s, server_e2e_s FROM requests")
+                          "(t_done_ns - t_sent_ns) / 1e9 AS e2e_s, server_e2e_s, server_ttft_s FROM requests")
         ours = sum(r["ttft_s"] for r in rows)
         theirs = delta["vllm:time_to_first_token_seconds_sum"]
         assert delta["vllm:time_to_first_token_seconds_count"] == len(rows)
@@ -202,6 +202,10 @@ def test_ttft_against_the_servers_own(vllm_run):
         # per request: vLLM's own queue + first token + generation time (its per-request metrics) lies inside ours
         for r in rows:
             assert r["server_e2e_s"] is not None and r["server_e2e_s"] <= r["e2e_s"], r
+        # per request, its queue + first-token time (requests.server_ttft_s) starts at the engine's queue, later
+        # than the histogram's clock: inside ours, and summed never above the histogram's
+        assert all(r["server_ttft_s"] is not None and r["server_ttft_s"] <= r["ttft_s"] for r in rows), rows
+        assert sum(r["server_ttft_s"] for r in rows) <= theirs + 1e-6, (rows, theirs)
         print(f"\nC={concurrency}: TTFT sum ours {ours:.3f} s vs vLLM's {theirs:.3f} s over {len(rows)} requests; "
               f"e2e - vLLM's per request {min(r['e2e_s'] - r['server_e2e_s'] for r in rows) * 1e3:+.1f}.."
               f"{max(r['e2e_s'] - r['server_e2e_s'] for r in rows) * 1e3:+.1f} ms")
@@ -288,6 +292,7 @@ def test_vllms_per_request_metrics_give_verify_passes_and_its_own_times():
     assert state.spec_verify_ct == 40 - 1 - 5 == 34
     assert state.spec_accept_length == pytest.approx(8 / 3)
     assert state.server_e2e_s == pytest.approx((0.03 + 2167.39 + 41094.20) / 1000)
+    assert state.server_ttft_s == pytest.approx((0.03 + 2167.39) / 1000)
     # a last draft accepted past max_tokens (vLLM does not trim drafts to the budget): never fewer passes than
     # the steps that verified a draft
     spec = dict(FINAL_CHUNK["metrics"]["speculative_decoding"], num_spec_steps=9, num_accepted_draft_tokens=36)

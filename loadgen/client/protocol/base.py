@@ -82,6 +82,7 @@ class StreamState:
     spec_verify_ct: int | None
     spec_accept_length: float | None
     server_e2e_s: float | None
+    server_ttft_s: float | None
     t_sent_ns: int | None
     t_headers_ns: int | None
     t_first_token_ns: int | None
@@ -100,7 +101,7 @@ class StreamState:
         self.t_scheduled_ns = t_scheduled_ns
         self.server_request_id = self.finish_reason = self.error = None
         self.prompt_tokens = self.completion_tokens = self.cached_tokens = None
-        self.spec_verify_ct = self.spec_accept_length = self.server_e2e_s = None
+        self.spec_verify_ct = self.spec_accept_length = self.server_e2e_s = self.server_ttft_s = None
         self.t_sent_ns = self.t_headers_ns = self.t_first_token_ns = self.t_last_token_ns = None
         self.t_done_ns = self.t_first_answer_ns = self.reasoning_tokens = self.reasoning_from = self.turn_kind = None
         self.http_status: int | None = None

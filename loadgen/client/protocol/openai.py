@@ -244,16 +244,19 @@ def _timings(state: StreamState, timings: object) -> None:
     prompt_ms, predicted_ms = timings.get("prompt_ms"), timings.get("predicted_ms")
     if isinstance(prompt_ms, (int, float)) and isinstance(predicted_ms, (int, float)) and state.server_e2e_s is None:
         state.server_e2e_s = (prompt_ms + predicted_ms) / 1000.0  # from the slot's start to its last token
+        state.server_ttft_s = prompt_ms / 1000.0                  # from the slot's start to its first token
 
 
 def _vllm_metrics(state: StreamState, metrics: dict, completion_tokens: int) -> None:
     """vLLM's per-request `metrics` (vllm/entrypoints/generate/base: `--enable-per-request-metrics` times,
     `--per-request-spec-decode-metrics` acceptance). Its queue, first-token and generation times together run
-    from the request's entry into the engine's queue to its last token: the server's own e2e time."""
+    from the request's entry into the engine's queue to its last token: the server's own e2e time; the first two,
+    to its first token."""
     times = [metrics.get(k) for k in ("queue_time_ms", "time_to_first_token_ms", "generation_time_ms")]
     numbers = [float(t) for t in times if isinstance(t, (int, float)) and not isinstance(t, bool)]
     if len(numbers) == len(times) and state.server_e2e_s is None:
         state.server_e2e_s = sum(numbers) / 1000.0
+        state.server_ttft_s = (numbers[0] + numbers[1]) / 1000.0
     _vllm_spec(state, metrics.get("speculative_decoding"), completion_tokens)
 
 
