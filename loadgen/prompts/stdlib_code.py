@@ -2,14 +2,20 @@
 
 Read with `ast` from the source files (never imported: importing `this` or `antigravity` has side
 effects). Files are visited in sorted relative-path order, so the list is the same on every machine
-with the same Python version whatever order the filesystem lists directories in.
+with the same Python version whatever order the filesystem lists directories in. A scan is kept in the
+user's cache folder, keyed by the interpreter, the library's path and these rules: every later process (a Ray
+worker, a job) reads it instead of parsing the library again.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
+import hashlib
+import json
 import os
+import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,8 +61,36 @@ def stdlib_module_docs() -> tuple[tuple[str, str], ...]:
     return _scan(stdlib_root())[1]
 
 
+Scan = tuple[tuple[StdlibFunction, ...], tuple[tuple[str, str], ...]]
+
+
 @functools.cache
-def _scan(root: Path) -> tuple[tuple[StdlibFunction, ...], tuple[tuple[str, str], ...]]:
+def _scan(root: Path) -> Scan:
+    """The functions and module docstrings under `root`: from the cache file, else read and cached."""
+    cache = _cache_file(root)
+    try:
+        functions, docs = json.loads(cache.read_text(encoding="utf-8"))
+        return tuple(StdlibFunction(*f) for f in functions), tuple((m, d) for m, d in docs)
+    except (OSError, ValueError, TypeError):
+        pass   # none yet, or not one this version wrote: read the sources
+    scan = _read(root)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        part = cache.with_name(f"{cache.name}.{os.getpid()}.part")   # whole or absent: processes race to write it
+        part.write_text(json.dumps([[dataclasses.astuple(f) for f in scan[0]], scan[1]]), encoding="utf-8")
+        os.replace(part, cache)
+    except OSError:
+        pass   # an unwritable cache folder: the next process reads the sources again
+    return scan
+
+
+def _cache_file(root: Path) -> Path:
+    rules = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    key = hashlib.sha256(f"{sys.version}\0{root}\0{rules}".encode()).hexdigest()[:16]
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "loadgen" / "stdlib" / f"{key}.json"
+
+
+def _read(root: Path) -> Scan:
     """One pass over the source files (about 1.5 s), shared by the code and prose sources."""
     found: list[StdlibFunction] = []
     docs: list[tuple[str, str]] = []

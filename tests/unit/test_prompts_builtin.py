@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import json
 import os
 from pathlib import Path
 
@@ -40,6 +41,29 @@ def test_file_order_does_not_depend_on_listing_order(tmp_path: Path, monkeypatch
     for listing in (walk, reversed_walk):
         monkeypatch.setattr(stdlib_code.os, "walk", listing)
         assert [p.relative_to(tmp_path).as_posix() for p in stdlib_code._source_files(tmp_path)] == expected
+
+
+def test_a_scan_is_read_back_from_the_cache_as_it_was_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The first process reads the sources and writes the cache; a later one gets the same functions and docs from
+    it, without parsing; a cache file it cannot read is read from the sources again and rewritten."""
+    root = tmp_path / "lib"
+    root.mkdir()
+    body = "".join(f"        x{i} = {i}\n" for i in range(10))
+    (root / "mod.py").write_text('"""A module."""\n\n\nclass C:\n    def method(self, a: int):\n        """Doc."""\n'
+                                 + body)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    made = stdlib_code._scan.__wrapped__(root)
+    assert [f.ref for f in made[0]] == ["mod:C.method@5"] and made[1] == (("mod", "A module."),)
+    assert stdlib_code._cache_file(root).is_file()
+
+    def no_parsing(*_args: object) -> None:
+        raise AssertionError("parsed the sources again")
+    with monkeypatch.context() as m:
+        m.setattr(stdlib_code, "_read", no_parsing)
+        assert stdlib_code._scan.__wrapped__(root) == made
+    stdlib_code._cache_file(root).write_text("[1, 2")
+    assert stdlib_code._scan.__wrapped__(root) == made
+    assert json.loads(stdlib_code._cache_file(root).read_text())[1] == [["mod", "A module."]]
 
 
 def test_find_bug_swaps_exactly_one_operator_in_every_function():
