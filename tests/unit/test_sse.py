@@ -28,7 +28,10 @@ def test_one_read_holds_every_frame():
 
 
 def test_every_single_byte_cut():
-    for cut in range(1, len(STREAM)):
+    """Every cut, but inside the 70 KB frame's run of x (all alike) only every 97th and its two ends'."""
+    run = STREAM.index(b"x" * 70_000)
+    inside = range(run + 2, run + 70_000 - 1)
+    for cut in (c for c in range(1, len(STREAM)) if c not in inside or (c - run) % 97 == 0):
         assert _split(STREAM, [cut]) == FRAMES, cut
 
 
