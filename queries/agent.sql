@@ -16,13 +16,10 @@ SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency
        count(DISTINCT m.session_id) AS sessions,
        round(avg(m.completion_tokens) FILTER (m.status = 'ok'), 1) AS completion_tokens,
        round(avg(m.prompt_tokens) FILTER (m.status = 'ok'), 1) AS prompt_tokens,
-       round(100 * sum(m.cached_tokens) FILTER (m.status = 'ok' AND m.prompt_tokens IS NOT NULL)
-             / nullif(sum(m.prompt_tokens) FILTER (m.status = 'ok' AND m.cached_tokens IS NOT NULL), 0), 1)
-           AS cached_pct,
+       cached_pct_of(m.cached_tokens, m.prompt_tokens, m.status = 'ok') AS cached_pct,
        round(quantile_cont(m.ttft_ms, 0.5) FILTER (m.status = 'ok'), 1) AS ttft_p50_ms,
        round(quantile_cont(m.ttft_ms, 0.9) FILTER (m.status = 'ok'), 1) AS ttft_p90_ms,
-       round(sum(m.completion_tokens) FILTER (m.status = 'ok' AND m.spec_verify_ct > 0)
-             / nullif(sum(m.spec_verify_ct) FILTER (m.status = 'ok' AND m.spec_verify_ct > 0), 0), 3) AS accept_len,
+       accept_len_of(m.completion_tokens, m.spec_verify_ct, m.status = 'ok') AS accept_len,
        any_value(s.emulated) AS emulated
 FROM measured m
 JOIN requests q USING (run_id, request_id)

@@ -19,8 +19,7 @@ WITH r AS (
 SELECT s.run_id, s.step_id, s.target, s.algorithm, s.draft_tokens, s.concurrency, s.rate, s."repeat", r.source,
        count(*) AS requests, count(DISTINCT r.shared_prefix) AS prefixes,
        round(avg(r.prompt_tokens), 1) AS prompt_tokens, round(avg(r.cached_tokens), 1) AS cached_tokens,
-       round(100 * sum(r.cached_tokens) FILTER (r.prompt_tokens IS NOT NULL)
-             / nullif(sum(r.prompt_tokens) FILTER (r.cached_tokens IS NOT NULL), 0), 1) AS cached_pct,
+       cached_pct_of(r.cached_tokens, r.prompt_tokens, true) AS cached_pct,
        round(100 * count(*) FILTER (r.hit) / nullif(count(r.cached_tokens), 0), 1) AS hit_pct,
        round(median(r.ttft_ms) FILTER (r.hit), 1) AS ttft_hit_p50_ms,
        round(median(r.ttft_ms) FILTER (NOT r.hit), 1) AS ttft_miss_p50_ms,

@@ -280,6 +280,15 @@ LEFT JOIN (SELECT run_id, step_id, target, count(*) AS n FROM measured WHERE sta
 CREATE OR REPLACE MACRO sample_stats(x) AS
     {'n': count(x), 'mean': avg(x), 'q': quantile_cont(x, [0.5, 0.9, 0.99]), 'max': max(x)};
 
+-- Aggregates over the requests where `ok` holds: the share of their prompt served from the prefix cache (100 x
+-- cached / prompt tokens, over those reporting both; NULL when none reports a cached count), and their acceptance
+-- length (output tokens / verify passes, over those with a pass counted).
+CREATE OR REPLACE MACRO cached_pct_of(cached, prompt, ok) AS
+    round(100 * sum(cached) FILTER (ok AND prompt IS NOT NULL)
+          / nullif(sum(prompt) FILTER (ok AND cached IS NOT NULL), 0), 1);
+CREATE OR REPLACE MACRO accept_len_of(completion, verify_ct, ok) AS
+    round(sum(completion) FILTER (ok AND verify_ct > 0) / nullif(sum(verify_ct) FILTER (ok AND verify_ct > 0), 0), 3);
+
 -- quantile_cont's result from the sorted sample's values lo and hi at positions floor(h) and ceil(h),
 -- h = (n - 1) * q: DuckDB's linear interpolation (its build fuses the multiply-add: the last bit may differ).
 CREATE OR REPLACE MACRO interpolate(lo, hi, h) AS
