@@ -19,5 +19,6 @@ JOIN fleet_targets c USING (run_id, target)
 JOIN (SELECT run_id, target, bool_and(n > 1) AS shared
       FROM (SELECT run_id, step_id, target, count(*) OVER (PARTITION BY run_id, step_id) AS n FROM steps)
       GROUP BY run_id, target) t USING (run_id, target)
+WHERE NOT l.predicted   -- measured runs only (a watched run's twin check is in twin_drift)
 GROUP BY l.run_id, c.configuration, l.concurrency, l.rate
 ORDER BY l.run_id, c.configuration, l.concurrency, l.rate;

@@ -14,6 +14,7 @@
 --                        (`watch_twin`, views.sql twin_drift); twin_band_pct: the twin's tok/s band
 --   drift                TRUE when tok/s or TPOT p50 is off the node's own twin by more than the twin's band;
 --                        NULL for a target without a twin (docs/twin.md)
+-- Measured runs only: a twin's prediction of the nodes (a watched run's check) is in twin_drift, not a fleet.
 SELECT l.run_id, c.configuration, c.node, l.target, l.algorithm, l.draft_tokens, l.concurrency, l.rate,
        l.repeats, round(l.tok_s, 2) AS tok_s, round(l.accept_len, 3) AS accept_len,
        p.peers, round(p.fleet_tok_s, 2) AS fleet_tok_s, round(p.fleet_accept_len, 3) AS fleet_accept_len,
@@ -35,8 +36,10 @@ LEFT JOIN (SELECT run_id, target, concurrency, bool_or(drift) AS drift,
 JOIN (SELECT l.run_id, c.configuration, l.algorithm, l.draft_tokens, l.concurrency, l.rate,
              count(*) AS peers, median(l.tok_s) AS fleet_tok_s, median(l.accept_len) AS fleet_accept_len
       FROM level_results l JOIN fleet_targets c USING (run_id, target)
+      WHERE NOT l.predicted
       GROUP BY ALL) p
   ON p.run_id = l.run_id AND p.configuration = c.configuration
  AND p.algorithm IS NOT DISTINCT FROM l.algorithm AND p.draft_tokens IS NOT DISTINCT FROM l.draft_tokens
  AND p.concurrency IS NOT DISTINCT FROM l.concurrency AND p.rate IS NOT DISTINCT FROM l.rate
+WHERE NOT l.predicted
 ORDER BY l.run_id, c.configuration, l.concurrency, l.rate, c.node;

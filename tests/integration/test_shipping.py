@@ -215,7 +215,8 @@ def test_a_row_has_every_requests_column_measured_ones_from_the_state_by_name(ra
     values = {"server_request_id": "srv-9", "prompt_tokens": 101, "completion_tokens": 102, "cached_tokens": 103,
               "spec_verify_ct": 104, "spec_accept_length": 2.5, "finish_reason": "length", "t_sent_ns": 12,
               "t_headers_ns": 13, "t_first_token_ns": 14, "t_last_token_ns": 15, "t_done_ns": 16,
-              "server_e2e_s": 0.25, "num_frames": 17, "status": "ok", "http_status": 200, "error": "none",
+              "server_e2e_s": 0.25, "server_ttft_s": 0.05, "num_frames": 17, "status": "ok", "http_status": 200,
+              "error": "none",
               "resent": True, "t_first_answer_ns": 18, "reasoning_tokens": 40, "reasoning_from": "server",
               "turn_kind": "tool_call"}
     for name, value in values.items():
