@@ -6,7 +6,8 @@ DFlash2 draft budget move its crossover with MTP?
 3. Predict every budget in virtual time at every level of the range: the crossover of each with the baseline, with
    an interval from the twins' tok/s error.
 4. Confirm each budget's crossover with the twin-seeded search (loadgen/plan/search.py on the verdict "the
-   drafted target is ahead", loadgen/twin/crossover.py): it starts at the predicted crossover and measures that
+   drafted target is ahead", loadgen/twin/crossover.py: by default its lead read prompt by prompt, at a stated
+   error rate, `[job] verdict`): it starts at the predicted crossover and measures that
    budget, one level a step, until the crossover is bracketed by adjacent levels. The baseline's steps are the
    campaign's: a level where the baseline was measured already (by the fit, or beside an earlier budget) is not
    measured again for it, unless a re-run needs as many baseline steps as the budget has (each step's prompts,
