@@ -12,12 +12,11 @@
 --   ttft_ratio               the same for time to first token
 --   verdict                  faster | slower (the TPOT interval lies below | above 1) | no difference (it spans 1)
 WITH per_prompt AS (
-    SELECT s.run_id, s.target, s.algorithm, s.draft_tokens, s.concurrency, s.rate, q.prompt_id,
+    SELECT s.run_id, s.target, s.algorithm, s.draft_tokens, s.concurrency, s.rate, m.prompt_id,
            avg(m.tpot_ms) AS tpot_ms, avg(m.ttft_ms) AS ttft_ms, any_value(s.emulated) AS emulated
     FROM measured m
-    JOIN requests q USING (run_id, request_id)
     JOIN step_info s ON s.run_id = m.run_id AND s.step_id = m.step_id AND s.target = m.target
-    WHERE m.status = 'ok' AND m.tpot_ms > 0 AND m.ttft_ms > 0 AND q.prompt_id IS NOT NULL
+    WHERE m.status = 'ok' AND m.tpot_ms > 0 AND m.ttft_ms > 0 AND m.prompt_id IS NOT NULL
     GROUP BY ALL
 ), pairs AS (
     SELECT o.run_id, o.concurrency, o.rate, b.target AS baseline_target, o.target, o.algorithm, o.draft_tokens,

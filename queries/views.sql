@@ -135,11 +135,12 @@ WHERE CASE WHEN getvariable('baseline') IS NULL THEN series_rank = 1
            ELSE getvariable('baseline') IN (target, algorithm) END;
 
 -- Measured requests (phase 'measure') with their per-request metrics. NULL where undefined: TPOT needs at
--- least 2 tokens and a known completion_tokens, acceptance needs spec_verify_ct > 0.
+-- least 2 tokens and a known completion_tokens, acceptance needs spec_verify_ct > 0. The same prompt_id at the
+-- same level of two series is a pair (paired.sql; the draft-budget campaign's lead, loadgen/twin/crossover.py).
 CREATE OR REPLACE VIEW measured AS
-SELECT s.run_id, s.step_id, s.target, r.request_id, r.t_scheduled_ns, r.prompt_kind, r.status, r.completion_tokens,
-       r.spec_verify_ct, r.spec_accept_length, r.session_id, r.turn, r.shared_prefix, r.prompt_tokens,
-       r.cached_tokens,
+SELECT s.run_id, s.step_id, s.target, r.request_id, r.t_scheduled_ns, r.prompt_id, r.prompt_kind, r.status,
+       r.completion_tokens, r.spec_verify_ct, r.spec_accept_length, r.session_id, r.turn, r.shared_prefix,
+       r.prompt_tokens, r.cached_tokens,
        (r.t_first_token_ns - r.t_sent_ns) / 1e6 AS ttft_ms,
        (r.t_done_ns - r.t_sent_ns) / 1e6 AS e2e_ms,
        CASE WHEN r.completion_tokens > 1

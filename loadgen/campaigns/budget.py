@@ -6,7 +6,8 @@ DFlash2 draft budget move its crossover with MTP?
 3. Predict every budget in virtual time at every level of the range: the crossover of each with the baseline, with
    an interval from the twins' tok/s error.
 4. Confirm each budget's crossover with the twin-seeded search (loadgen/plan/search.py on the verdict "the
-   drafted target is ahead", loadgen/twin/crossover.py): it starts at the predicted crossover and measures that
+   drafted target is ahead", loadgen/twin/crossover.py: by default its lead read prompt by prompt, at a stated
+   error rate, `[job] verdict`): it starts at the predicted crossover and measures that
    budget, one level a step, until the crossover is bracketed by adjacent levels. The baseline's steps are the
    campaign's: a level where the baseline was measured already (by the fit, or beside an earlier budget) is not
    measured again for it, unless a re-run needs as many baseline steps as the budget has (each step's prompts,
@@ -34,7 +35,9 @@ from loadgen.errors import ConfigError
 from loadgen.plan.search import next_probe
 from loadgen.results import analysis
 from loadgen.results.folder import results_folder
+from loadgen.results.sequential import Pair
 from loadgen.results.sink import check_writable
+from loadgen.results.slo import Verdict
 from loadgen.twin import crossover
 from loadgen.twin.fit import fit_twin
 from loadgen.twin.model import Twin, load_twin
@@ -55,8 +58,10 @@ class BudgetJob:
     fit_levels: tuple[int, ...]      # [load] concurrency: the levels the twins are fitted from
     low: int                         # the crossover's range: search_min .. search_max
     high: int
-    max_runs: int = 1                # runs of a level whose call stays unclear (a tie: a difference under 3%)
+    max_runs: int = 1                # runs of a level whose call stays unclear (within the tie band, or too few pairs)
     budget_urls: dict[int, str] = dataclasses.field(default_factory=dict)
+    verdict: str = "paired"          # a level's call: paired (the lead prompt by prompt) | medians (tok/s, 3%)
+    false_verdict: float = 0.05      # verdict = "paired": a clear call's error rate at the tie band's edges
 
     @property
     def every_budget(self) -> tuple[int, ...]:
@@ -92,8 +97,15 @@ def load_job(data: dict, base_dir: Path, source: str) -> tuple[BudgetJob, Experi
     if own is None:
         raise ConfigError("job.own_budget", f"{drafted}'s draft budget is not in its flags",
                           "give own_budget = its --speculative-num-draft-tokens")
+    verdict, alpha = t.get("verdict", str, "paired"), t.get("false_verdict", float, 0.05)
+    if verdict not in ("paired", "medians"):
+        raise ConfigError("job.verdict", f"must be \"paired\" or \"medians\", got {verdict!r}",
+                          'use "paired" (the lead read prompt by prompt, at a stated error rate)')
+    if not 0 < alpha < 0.5:
+        raise ConfigError("job.false_verdict", f"must be a share between 0 and 0.5, got {alpha!r}", "e.g. 0.05")
     job = BudgetJob(baseline, drafted, own, tuple(b for b in budgets if b != own), fit_levels,
-                    t.get("search_min", int, 1), t.get("search_max", int, 32), t.get("max_runs", int, 1), urls)
+                    t.get("search_min", int, 1), t.get("search_max", int, 32), t.get("max_runs", int, 1), urls,
+                    verdict, alpha)
     t.done()
     if target.url is not None and set(job.budgets) - set(urls):
         raise ConfigError("job.budget_urls", f"{drafted} is a running server: each budget needs its own",
@@ -169,18 +181,27 @@ def seeded_crossover(exp: Experiment, results: Path, job: BudgetJob, urls: dict[
         cfg = dataclasses.replace(cfg, start=start.level, twin="predicted", seeds=(start,))
     runs: list[str] = []
     probed: list[int] = []
-    names = [job.baseline, other]
-    levels = crossover.level_tok_s(results, list(campaign), names) if campaign else {n: {} for n in names}
-    while (probe := next_probe(cfg, crossover.verdicts(levels, job.baseline, other))) is not None:
+    levels, pairs = (crossover.read_levels(results, list(campaign), job.baseline, other) if campaign
+                     else ({job.baseline: {}, other: {}}, {}))
+    while (probe := next_probe(cfg, judge(job, other, levels, pairs))) is not None:
         level = int(probe.level)
         log(f"  {other} vs {job.baseline} at C={level}: {probe.reason}")
         side = baseline_needed(levels, job.baseline, other, level)
-        pair = {name: urls[name] for name in (names if side else [other])}
-        runs.append(measure(exp, results, f"{exp.name}-{other}-c{level}", pair, [level], log))
+        names = [job.baseline, other] if side else [other]
+        runs.append(measure(exp, results, f"{exp.name}-{other}-c{level}", {n: urls[n] for n in names}, [level], log))
         probed.append(level)
-        levels = crossover.level_tok_s(results, [*campaign, *runs], names)
-    found = crossover.verdicts(levels, job.baseline, other)
+        levels, pairs = crossover.read_levels(results, [*campaign, *runs], job.baseline, other)
+    found = judge(job, other, levels, pairs)
     return crossover.crossover(found), runs, probed, [int(c) for c, v in found.items() if not v.clear]
+
+
+def judge(job: BudgetJob, other: str, levels: dict[str, dict[int, tuple]], pairs: dict[int, list[Pair]]
+          ) -> dict[float, Verdict]:
+    """Each level's call of `other` against the baseline by the job's rule (loadgen/twin/crossover.py), from
+    crossover.read_levels."""
+    if job.verdict == "medians":
+        return crossover.verdicts(levels, job.baseline, other)
+    return crossover.lead_verdicts(levels, pairs, job.baseline, other, job.false_verdict)
 
 
 def baseline_needed(levels: dict[str, dict[int, tuple]], baseline: str, other: str, level: int) -> bool:
@@ -252,8 +273,11 @@ def run_job(config: str, results: str | None, ray_address: str | None, log: Call
         pred_run, tok = predict_budgets(exp, folder, job, twins)
         spread = tok_s_spread(list(twins.values()))
         log(predicted_table(tok, job))
+        rule = (f"each level's lead read prompt by prompt, a clear call wrong at most {100 * job.false_verdict:g}% "
+                f"of the time at a {crossover.CLEAR_PCT:g}% difference" if job.verdict == "paired" else
+                f"each level by its median tok/s, a {crossover.CLEAR_PCT:g}% difference called from one step")
         log(f"4. confirm each crossover with the twin-seeded search (interval: the twins' tok/s error "
-            f"{100 * spread:.0f}%)")
+            f"{100 * spread:.0f}%; {rule})")
         rows = []
         campaign = [fit_run]
         for b in job.every_budget:
@@ -287,8 +311,10 @@ def summary(rows: list[tuple], job: BudgetJob, fit: tuple[int, float], pred_run:
         lines.append(f"  {b:6d}  {interval:36s}  {describe(measured, job.low, job.high):28s}  "
                      f"{','.join(map(str, probed)):20s}  {steps:5d}  {seconds:6.1f}")
     if ties := [f"budget {b} at C = {', '.join(map(str, sorted(t)))}" for b, _, _, _, (_, t), *_ in rows if t]:
-        lines.append(f"  too close to call (within {crossover.CLEAR_PCT:g}%, a tie, decided by the point estimate): "
-                     + "; ".join(ties))
+        why = (f"within {crossover.CLEAR_PCT:g}%, a tie" if job.verdict == "medians" else
+               f"no call at {100 * job.false_verdict:g}% false verdicts: a tie within {crossover.CLEAR_PCT:g}%, or "
+               f"too few prompts to tell")
+        lines.append(f"  too close to call ({why}; decided by the point estimate): " + "; ".join(ties))
     own = next(r for r in rows if r[0] == job.own)
     for b, c, _, _, (measured, _), *_ in rows:
         if b != job.own:

@@ -1,4 +1,5 @@
-"""The sequential SLO verdict: a level's window ends as soon as its call is clear at a stated error rate.
+"""Sequential verdicts at a stated error rate: the SLO call of a level (its window ends as soon as the call is
+clear), and the throughput lead of one series over another at a level (the draft-budget campaign's, below).
 
 Wald's sequential probability ratio test (SPRT; Wald 1945) on the stream of measured requests in the order they
 were scheduled, each met (1) or missed (0). The two hypotheses sit either side of the SLO's attainment `a`, an
@@ -17,6 +18,9 @@ looks only at batch ends, from MIN_BATCHES batches on.
 The same rule is queries/views.sql `level_sequential`, which replays it over a level's measured requests (pooled
 over its runs, in step then schedule order): the driver (loadgen.driver.window) ends a window when this module
 says the call is clear, and SQL finds that call again at the same request.
+
+The throughput lead is the same SPRT on a normal approximation (see its section); Python alone defines it (SQL
+only reads the pairs it is made on).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 INDIFFERENCE = 0.5     # the tie band: a miss rate within +-50% of the allowed one may be called either way
 MIN_BATCHES = 3        # the fewest batches a call is made on (the batch means' variance needs a few)
@@ -87,3 +92,78 @@ def fewest_requests(attainment: float, alpha: float, batch: int) -> int:
     n = math.ceil(bound(alpha) / math.log(p_pass / p_fail))
     batches = max(MIN_BATCHES, math.ceil(n / max(1, batch)))
     return batches * max(1, batch)
+
+
+# ---- the throughput lead: which of two series serves more tokens per second at one closed-loop level ----------
+#
+# The draft-budget campaign's level verdict (loadgen/twin/crossover.py lead_verdicts; docs/twin.md). Every target
+# draws the same seeded prompts in the same order, so at a level both series served the same prompts: each prompt
+# both served is a pair (queries/paired.sql reads the same pairs). In a closed loop of C streams each stream sends
+# its next request when the last one ends, so a series' aggregate tok/s is C x its tokens / its request time
+# (Little's law): the other leads when its tokens per request-second over the pairs exceed the baseline's. The
+# log of that ratio is estimated with its variance (the delta method over the pairs' influence values, or the
+# means of batches of LEAD_BATCH consecutive pairs where those vary more, as the SLO test corrects), and Wald's
+# SPRT tells apart a ratio of 1 + TIE from 1 / (1 + TIE) on the normal approximation: log likelihood ratio
+# 2 log(1 + TIE) x estimate / variance, called at +-bound(alpha), looked at every LEAD_BATCH pairs from MIN_PAIRS
+# on. Within the tie band either call is acceptable; at its edges a call is wrong at most `alpha` of the time,
+# less beyond them. A variance estimated from few pairs calls too early: it is scaled by Student's t over the
+# normal quantile (n - 1 degrees of freedom), and no call is made before MIN_PAIRS (on the emulator's engine the
+# rate held from there, bench_twin.py --part verdict; tests/unit/test_sequential.py on constructed pairs).
+
+TIE = 0.03           # the tie band: within +-3% in aggregate tok/s either call is acceptable
+MIN_PAIRS = 16       # the fewest pairs a lead is called on (its variance is estimated from them)
+LEAD_BATCH = 4       # pairs per batch: the batch means catch the runs of alike prompts a closed loop sends
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One prompt both series served at the level: each one's request time (sent to last byte, s) and tokens."""
+
+    base_s: float
+    base_tokens: int
+    other_s: float
+    other_tokens: int
+
+
+@dataclass(frozen=True)
+class Lead:
+    verdict: str | None    # 'ahead' | 'behind': the other series leads | trails; None: no clear call
+    n: int                 # the pairs the call was made on (every pair when there is none)
+    ratio: float           # the other's aggregate tok/s over the baseline's, estimated on every pair
+
+
+def lead_ratio(pairs: Sequence[Pair]) -> tuple[float, float]:
+    """(log ratio, its variance) of the other's tokens per request-second over the baseline's."""
+    n = len(pairs)
+    sb, tb = sum(p.base_s for p in pairs) / n, sum(p.base_tokens for p in pairs) / n
+    so, to = sum(p.other_s for p in pairs) / n, sum(p.other_tokens for p in pairs) / n
+    theta = math.log(to / so) - math.log(tb / sb)
+    psi = [p.other_tokens / to - p.other_s / so - p.base_tokens / tb + p.base_s / sb for p in pairs]
+    var = sum(v * v for v in psi) / max(1, n - 1) / n     # the influence values have mean 0
+    k = n // LEAD_BATCH
+    if k >= 2:
+        means = [sum(psi[j * LEAD_BATCH:(j + 1) * LEAD_BATCH]) / LEAD_BATCH for j in range(k)]
+        mean = sum(means) / k
+        var = max(var, sum((m - mean) ** 2 for m in means) / (k - 1) / k)
+    return theta, var
+
+
+def decide_lead(pairs: Sequence[Pair], alpha: float) -> Lead:
+    """The first clear call on `pairs` (in the order the other series scheduled them), or none; the ratio on
+    every pair either way (the level's point estimate)."""
+    edge = math.log(1 + TIE)
+    ratio = math.exp(lead_ratio(pairs)[0]) if pairs else 1.0
+    z = NormalDist().inv_cdf(1 - alpha)
+    for n in range(LEAD_BATCH * math.ceil(MIN_PAIRS / LEAD_BATCH), len(pairs) + 1, LEAD_BATCH):
+        theta, var = lead_ratio(pairs[:n])
+        var *= (t_quantile(1 - alpha, n - 1) / z) ** 2   # the variance is estimated: Student's t, not the normal
+        if var > 0 and abs(2 * edge * theta / var) >= bound(alpha):
+            return Lead("ahead" if theta > 0 else "behind", n, ratio)
+    return Lead(None, len(pairs), ratio)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile by the Cornish-Fisher expansion about the normal's (within 0.1% from 10 df on)."""
+    z = NormalDist().inv_cdf(p)
+    return (z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))

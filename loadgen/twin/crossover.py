@@ -2,22 +2,31 @@
 MTP?), predicted by twins and confirmed by measurement with the same search the capacity uses
 (loadgen/plan/search.py: a pure function of verdicts), here on the verdict "the other series is ahead".
 
-A level's verdict: passed when the other series' median aggregate tok/s (views.sql level_results, over the
-level's steps) is above the baseline's; clear when the ranges over repeats do not overlap, or, with a single
-step, when the difference is at least CLEAR_PCT; runs = the level's steps. The crossover is then found like a
-capacity: the highest level the other series leads below the first level it does not.
+A level's verdict, by one of two rules:
+- `lead_verdicts` (the campaign's default, `[job] verdict = "paired"`): the throughput lead of the other series
+  over the baseline read prompt by prompt (loadgen/results/sequential.py decide_lead: an SPRT whose clear call is
+  wrong at most `false_verdict` of the time at the tie band's edges, +-TIE), over every pair of the level's steps;
+  without a clear call the point estimate decides, unclear;
+- `verdicts` (`verdict = "medians"`): passed when the other series' median aggregate tok/s (views.sql
+  level_results, over the level's steps) is above the baseline's; clear when the ranges over repeats do not
+  overlap, or, with a single step, when the difference is at least CLEAR_PCT (no stated error rate).
+runs = the level's steps. The crossover is then found like a capacity: the highest level the other series leads
+below the first level it does not.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import duckdb
+
 from loadgen.results import analysis
+from loadgen.results.sequential import TIE, Pair, decide_lead
 from loadgen.results.slo import Verdict
 
-CLEAR_PCT = 3.0     # one step each: a difference this large is called without running the level again
+CLEAR_PCT = 100 * TIE   # the tie band; `verdicts`: one step each, a difference this large is called
 
 _LEVELS = """
 SELECT concurrency, target, median(tok_s) AS tok_s, min(tok_s) AS lo, max(tok_s) AS hi, count(*) AS steps
@@ -29,11 +38,67 @@ GROUP BY concurrency, target
 def level_tok_s(results: str | Path, run_ids: list[str], targets: list[str]) -> dict[str, dict[int, tuple]]:
     """target -> C -> (median tok/s, min, max, steps) over the steps of `run_ids`."""
     con = analysis.open_results(results, run_ids)
+    out = _level_tok_s(con, targets)
+    con.close()
+    return out
+
+
+def _level_tok_s(con: duckdb.DuckDBPyConnection, targets: list[str]) -> dict[str, dict[int, tuple]]:
     out: dict[str, dict[int, tuple]] = {t: {} for t in targets}
     for c, target, tok_s, lo, hi, steps in con.execute(_LEVELS, [targets]).fetchall():
         if tok_s is not None:
             out[target][int(c)] = (tok_s, lo, hi, steps)
+    return out
+
+
+_PAIRS = """
+SELECT s.concurrency, m.target, m.prompt_id, m.e2e_ms / 1e3 AS seconds, m.completion_tokens
+FROM measured m JOIN step_info s USING (run_id, step_id, target)
+WHERE list_contains(?, m.target) AND s.concurrency IS NOT NULL AND m.status = 'ok' AND m.prompt_id IS NOT NULL
+      AND m.e2e_ms > 0 AND m.completion_tokens > 0
+ORDER BY s.concurrency, m.t_scheduled_ns, m.request_id
+"""
+
+
+def level_pairs(results: str | Path, run_ids: list[str], baseline: str, other: str) -> dict[int, list[Pair]]:
+    """C -> every prompt both served at C over the steps of `run_ids`, in the order `other` scheduled them (a
+    prompt the baseline served more than once: the mean of its times and tokens)."""
+    return read_levels(results, run_ids, baseline, other)[1]
+
+
+def read_levels(results: str | Path, run_ids: list[str], baseline: str, other: str
+                ) -> tuple[dict[str, dict[int, tuple]], dict[int, list[Pair]]]:
+    """level_tok_s of the two and their level_pairs, from one read of the folder."""
+    con = analysis.open_results(results, run_ids)
+    levels = _level_tok_s(con, [baseline, other])
+    rows = con.execute(_PAIRS, [[baseline, other]]).fetchall()
     con.close()
+    base: dict[tuple[int, str], list[tuple[float, int]]] = {}
+    for c, target, prompt, seconds, tokens in rows:
+        if target == baseline:
+            base.setdefault((c, prompt), []).append((seconds, tokens))
+    pairs: dict[int, list[Pair]] = {}
+    for c, target, prompt, seconds, tokens in rows:
+        if target == other and (b := base.get((c, prompt))):
+            pairs.setdefault(int(c), []).append(Pair(sum(v[0] for v in b) / len(b),
+                                                     round(sum(v[1] for v in b) / len(b)), seconds, tokens))
+    return levels, pairs
+
+
+def lead_verdicts(levels: Mapping[str, Mapping[int, tuple]], pairs: Mapping[int, Sequence[Pair]], baseline: str,
+                  other: str, alpha: float) -> dict[float, Verdict]:
+    """Per level measured for both (`levels`: level_tok_s): is `other` ahead of `baseline` in aggregate tok/s, read
+    from the level's `pairs` (level_pairs), and is that a clear call (else its point estimate decides); runs = the
+    fewer steps of the two there. A level without a pair (no prompt ids) falls back on the medians, unclear."""
+    out = {}
+    for c in sorted(set(levels[baseline]) & set(levels[other])):
+        b, o = levels[baseline][c], levels[other][c]
+        if c not in pairs:
+            out[float(c)] = Verdict(o[0] > b[0], False, min(b[3], o[3]))
+            continue
+        lead = decide_lead(pairs[c], alpha)
+        out[float(c)] = Verdict(lead.ratio > 1 if lead.verdict is None else lead.verdict == "ahead",
+                                lead.verdict is not None, min(b[3], o[3]))
     return out
 
 

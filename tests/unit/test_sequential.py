@@ -1,5 +1,7 @@
-"""The sequential SLO verdict (loadgen/results/sequential.py, views.sql level_sequential): its error rate on
-simulated Bernoulli streams (independent and correlated), its early stops, its minimum, and SQL's replay of it."""
+"""The sequential verdicts (loadgen/results/sequential.py). The SLO call (views.sql level_sequential): its error rate
+on simulated Bernoulli streams (independent and correlated), its early stops, its minimum, and SQL's replay of it.
+The throughput lead: its error rate at the tie band's edges on constructed pairs, its early call and minimum, and
+that it counts tokens."""
 
 from __future__ import annotations
 
@@ -11,7 +13,18 @@ import pytest
 from loadgen.config import parse_experiment
 from loadgen.errors import ConfigError
 from loadgen.results.analysis import level_verdicts, open_results
-from loadgen.results.sequential import MIN_BATCHES, Call, decide, fewest_requests, hypotheses
+from loadgen.results.sequential import (
+    LEAD_BATCH,
+    MIN_BATCHES,
+    MIN_PAIRS,
+    TIE,
+    Call,
+    Pair,
+    decide,
+    decide_lead,
+    fewest_requests,
+    hypotheses,
+)
 from loadgen.results.slo import Slo
 from sqlfixtures import Results
 
@@ -143,3 +156,52 @@ def test_bad_window_keys_are_one_line_with_the_fix(load, slo, says):
     with pytest.raises(ConfigError) as err:
         _experiment(load, slo)
     assert str(err.value).startswith(says) and "fix:" in str(err.value) or "use " in str(err.value)
+
+
+# ---- the throughput lead (sequential.decide_lead): per-prompt pairs of two series at one level ------------------
+
+def _pairs(rnd: random.Random, ratio: float, n: int, noise: float = 0.15, tokens: tuple[int, int] = (128, 128)
+           ) -> list[Pair]:
+    """Prompts whose own length moves both series' times alike (log-normal, sd 0.3), each request with its own
+    noise (sd `noise`): the other's aggregate tok/s is exactly `ratio` x the baseline's in expectation."""
+    out = []
+    for _ in range(n):
+        prompt = rnd.lognormvariate(0, 0.3)
+        base, other = prompt * rnd.lognormvariate(0, noise), prompt * rnd.lognormvariate(0, noise)
+        out.append(Pair(base, tokens[0], other / ratio * tokens[1] / tokens[0], tokens[1]))
+    return out
+
+
+@pytest.mark.parametrize("ratio", [1 + TIE, 1 / (1 + TIE)])
+def test_a_lead_is_called_the_wrong_way_at_most_alpha_of_the_time_at_the_tie_bands_edges(ratio):
+    rnd = random.Random(7)
+    calls = [decide_lead(_pairs(rnd, ratio, 1500), ALPHA) for _ in range(200)]
+    right = "ahead" if ratio > 1 else "behind"
+    assert all(c.verdict is not None for c in calls), "a ratio at the band's edge is called within 1500 pairs"
+    wrong = sum(c.verdict != right for c in calls) / len(calls)
+    assert wrong <= ALPHA + 0.02, f"ratio {ratio:.3f}: {wrong:.3f} of calls wrong"
+
+
+def test_a_clear_lead_is_called_on_the_fewest_pairs_and_never_before():
+    rnd = random.Random(3)
+    call = decide_lead(_pairs(rnd, 1.25, 200), ALPHA)
+    assert call.verdict == "ahead" and call.n == MIN_PAIRS and call.ratio == pytest.approx(1.25, rel=0.08)
+    assert decide_lead(_pairs(rnd, 1.25, MIN_PAIRS - 1), ALPHA).verdict is None      # under the minimum: no call
+    for _ in range(100):
+        call = decide_lead(_pairs(rnd, 0.9, 120), ALPHA)
+        assert call.verdict != "ahead" and (call.verdict is None or call.n % LEAD_BATCH == 0 and call.n >= MIN_PAIRS)
+
+
+def test_a_lead_counts_tokens_not_requests():
+    """The same request times with half the tokens (a server that stopped early) is half the throughput."""
+    rnd = random.Random(5)
+    pairs = [Pair(p.base_s, 128, p.base_s * 0.9, 64) for p in _pairs(rnd, 1.0, 64)]   # 10% quicker, half the tokens
+    call = decide_lead(pairs, ALPHA)
+    assert call.verdict == "behind" and call.ratio == pytest.approx(64 / 128 / 0.9)
+
+
+def test_inside_the_tie_band_a_lead_may_go_uncalled_and_says_its_point_estimate():
+    rnd = random.Random(11)
+    calls = [decide_lead(_pairs(rnd, 1.0, 40), ALPHA) for _ in range(50)]
+    assert any(c.verdict is None for c in calls)
+    assert all(c.n == 40 and 0.85 < c.ratio < 1.15 for c in calls if c.verdict is None)

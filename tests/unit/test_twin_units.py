@@ -21,6 +21,7 @@ from loadgen.emulator.simulate import SimPrompt, Window, build_engine, run_close
 from loadgen.errors import ConfigError
 from loadgen.results import analysis
 from loadgen.results.schema import SCHEMA_VERSION
+from loadgen.results.sequential import Pair, decide_lead
 from loadgen.twin import acceptance, crossover
 from loadgen.twin.model import load_twin
 from loadgen.twin.predict import twin_targets
@@ -150,8 +151,11 @@ def test_the_draft_budget_job_checks_its_table_before_any_load(tmp_path):
     job, exp = load_job(data, Path("jobs/experiments").resolve(), "draft-budget-twin.toml")
     assert (job.baseline, job.drafted, job.own, job.budgets, job.fit_levels) == ("mtp", "dflash2", 8, (6, 4),
                                                                                  (1, 4, 16))
+    assert (job.verdict, job.false_verdict) == ("paired", 0.05)
     for change, message in (({"budgets": [1]}, r"job\.budgets: must be a list of whole numbers >= 2"),
                             ({"drafted": "nope"}, r"job\.drafted: 'nope' is not a target"),
+                            ({"verdict": "mean"}, r'job\.verdict: must be "paired" or "medians"'),
+                            ({"false_verdict": 0.5}, r"job\.false_verdict: must be a share between 0 and 0\.5"),
                             ({"budgetz": [4]}, r"job\.budgetz: unknown key")):
         bad = dict(data, job={**data["job"], **change})
         with pytest.raises(ConfigError, match=message):
@@ -208,7 +212,7 @@ def test_a_budgets_search_measures_the_baseline_only_where_the_campaign_has_not(
         return _tok_s_run(results, f"{name}-{len(calls)}", {n: {c: truth[n][c]} for n in urls})
 
     monkeypatch.setattr(budget, "measure", measure)
-    job = budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32, 2)
+    job = budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32, 2, verdict="medians")
     urls = {"mtp": "http://127.0.0.1:1", "dflash2-b6": "http://127.0.0.1:2"}
     start = TwinStart("dflash2-b6", 10, 9, 11)
     exp = types.SimpleNamespace(name="campaign")   # the search reads only its name; measure is the stand-in above
@@ -222,7 +226,8 @@ def test_a_budgets_search_measures_the_baseline_only_where_the_campaign_has_not(
 
 def test_a_crossover_inside_a_tie_is_answered_from_one_step_a_level_and_names_the_ties(tmp_path, monkeypatch):
     """Near a crossover the two series stay within 3% over several levels: the job's default (max_runs = 1)
-    takes each level's point estimate instead of re-running it, and the answer says which levels were ties."""
+    takes each level's point estimate instead of re-running it, and the answer says which levels were ties (the
+    medians' rule: one step each, a difference under 3% is a tie)."""
     from loadgen.campaigns import budget
     from loadgen.config.search import TwinStart
     mtp = {c: 100.0 * c for c in range(1, 33)}
@@ -240,17 +245,108 @@ def test_a_crossover_inside_a_tie_is_answered_from_one_step_a_level_and_names_th
     answers = {}
     for max_runs in (1, 2):
         calls.clear()
-        job = budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32, max_runs)
+        job = budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32, max_runs, verdict="medians")
         found, _, _, ties = budget.seeded_crossover(exp, tmp_path / str(max_runs), job, urls, "dflash2-b6",
                                                     TwinStart("dflash2-b6", 10, 9, 11), lambda line: None)
         answers[max_runs] = (found, list(calls), ties)
     assert answers[1] == (10, [10, 11], [10, 11])
     assert answers[2][:2] == (10, [10, 10, 11, 11])   # the re-runs (their equal ranges then call it: no noise here)
     rows = [(6, 10, 9, 11, (10, [10, 11]), [10, 11], 4, 40.0), (8, 12, 11, 13, (12, []), [12, 13], 4, 40.0)]
-    job = budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32)
+    job = budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32, verdict="medians")
     text = budget.summary(rows, job, (6, 60.0), "p", tmp_path)
-    assert "too close to call (within 3%, a tie, decided by the point estimate): budget 6 at C = 10, 11" in text
+    assert "too close to call (within 3%, a tie; decided by the point estimate): budget 6 at C = 10, 11" in text
     assert "budget 8 -> 6: the crossover moves left (12 -> 10) predicted, left (12 -> 10) measured" in text
+
+
+def _paired_run(root: Path, run_id: str, levels: dict[str, dict[int, float]], noise: float, seed: int = 0) -> str:
+    """A run with one step per (target, level) of 32 requests, the prompts p0, p1, ... in that order as every target
+    draws them: each prompt's own length moves every target's time alike, each request has its own `noise`
+    (log-normal sd), and a target's times are divided by its speed there (64 tokens each)."""
+    r = Results()
+    r.run(run_id)
+    rnd = random.Random(f"{run_id}/{seed}")
+    lengths = [random.Random(k).lognormvariate(0, 0.3) for k in range(32)]
+    step = 0
+    for target, by_level in levels.items():
+        for c, speed in by_level.items():
+            r.step(run_id, step, target, concurrency=c)
+            for k, length in enumerate(lengths):
+                sent = 1000 + 10 * k
+                done = sent + 1000 * length * rnd.lognormvariate(0, noise) / speed
+                r.request(run_id, step, target, f"{run_id}-{step}-{k}", sent_ms=sent, prompt_id=f"p{k}",
+                          frames=[(sent + 50, 1), (done, 63)])
+            step += 1
+    r.write(root)
+    return run_id
+
+
+def test_the_paired_verdict_calls_a_lead_from_prompts_served_in_different_runs(tmp_path, monkeypatch):
+    """The campaign's default verdict reads the lead prompt by prompt: an 8% lead up to C = 10 and an 8% deficit
+    above are clear calls from one step a level, also where MTP's prompts were served by an earlier budget's run
+    (the pairs cross runs); a 1% difference in noisy requests is no call, named a tie and decided by its point
+    estimate."""
+    from loadgen.campaigns import budget
+    from loadgen.config.search import TwinStart
+    calls: list[tuple[int, tuple[str, ...]]] = []
+    speeds = {"mtp": {c: 1.0 for c in range(1, 33)}}
+
+    def measure(exp, results, name, urls, levels, log):
+        [c] = levels
+        calls.append((c, tuple(urls)))
+        return _paired_run(results, f"{name}-{len(calls)}", {n: {c: speeds[n][c]} for n in urls}, noise)
+
+    monkeypatch.setattr(budget, "measure", measure)
+    urls = {"mtp": "http://127.0.0.1:1", "dflash2-b6": "http://127.0.0.1:2"}
+    exp = types.SimpleNamespace(name="campaign")
+    start = TwinStart("dflash2-b6", 10, 9, 11)
+    job = budget.BudgetJob("mtp", "dflash2", 8, (6,), (1, 4, 16), 1, 32)
+    assert job.verdict == "paired"
+    noise = 0.05
+    speeds["dflash2-b6"] = {c: 1.08 if c <= 10 else 1 / 1.08 for c in range(1, 33)}
+    earlier = _paired_run(tmp_path, "earlier-budget", {"mtp": {11: 1.0}}, noise)
+    found, _, probed, ties = budget.seeded_crossover(exp, tmp_path, job, urls, "dflash2-b6", start, lambda line: None,
+                                                     (earlier,))
+    assert (found, probed, ties) == (10, [10, 11], [])
+    assert calls == [(10, ("mtp", "dflash2-b6")), (11, ("dflash2-b6",))]   # MTP at 11: the earlier run's prompts
+    pairs = crossover.level_pairs(tmp_path, [earlier, "campaign-dflash2-b6-c10-1", "campaign-dflash2-b6-c11-2"],
+                                  "mtp", "dflash2-b6")
+    assert {c: len(p) for c, p in pairs.items()} == {10: 32, 11: 32}
+    assert decide_lead(pairs[10], 0.05).ratio == pytest.approx(1.08, rel=0.02)
+    assert decide_lead(pairs[11], 0.05).ratio == pytest.approx(1 / 1.08, rel=0.02)
+    calls.clear()
+    noise = 0.15
+    speeds["dflash2-b6"] = {c: 1.01 if c <= 10 else 0.99 for c in range(1, 33)}
+    found, _, probed, ties = budget.seeded_crossover(exp, tmp_path / "tie", job, urls, "dflash2-b6", start,
+                                                     lambda line: None)
+    assert (found, probed, ties) == (10, [10, 11], [10, 11])
+    rows = [(6, 10, 9, 11, (10, [10, 11]), [10, 11], 4, 40.0)]
+    text = budget.summary(rows, budget.BudgetJob("mtp", "dflash2", 6, (), (1, 4, 16), 1, 32), (6, 60.0), "p",
+                          tmp_path)
+    assert ("too close to call (no call at 5% false verdicts: a tie within 3%, or too few prompts to tell; decided "
+            "by the point estimate): budget 6 at C = 10, 11") in text
+
+
+def test_the_paired_verdict_reads_the_known_speed_of_an_emulator_in_virtual_time(tmp_path):
+    """Ground truth: the emulator's engine (the shipped MTP profile, virtual time) against a copy of itself that
+    computes 6% faster (5.5% more tok/s over long windows: not every part of a request scales) and against an equal
+    copy, each with its own draws, at C = 2 and 8 over a 120 s window: the lead is called the right way with its
+    ratio within 2% of the known one, and the equal copy's ratio is inside the tie band."""
+    from loadgen.twin.vtime import Protocol, simulate
+    twin = load_twin(hidden_profile(0, tmp_path / "mtp", "mtp", spread=0.0).truth)
+    rnd = random.Random(1)
+    prompts = [SimPrompt(rnd.choice(("code", "prose")), rnd.randint(128, 512)) for _ in range(400)]
+    window = Protocol(2.0, 120.0, 0, 120.0, 60.0)
+    for factor, known in ((1.06, 1.055), (1.0, 1.0)):
+        other = dataclasses.replace(twin, time_scale=twin.time_scale * factor)
+        for c in (2, 8):
+            served = [{r.index: r for r in simulate(t, c, prompts, window, seed, 128).requests
+                       if r.sent >= window.warmup_s and r.done is not None} for t, seed in ((twin, c), (other, c + 1))]
+            pairs = [Pair(b.done - b.sent, b.completion_tokens, o.done - o.sent, o.completion_tokens)
+                     for i, o in sorted(served[1].items()) if (b := served[0].get(i))]
+            lead = decide_lead(pairs, 0.05)
+            assert len(pairs) > 120 and lead.ratio == pytest.approx(known, abs=0.02), (factor, c, lead)
+            if factor > 1:
+                assert lead.verdict == "ahead", (c, lead)
 
 
 def test_an_unclear_level_measures_the_baseline_again_only_when_it_has_no_more_steps_than_the_budget():
