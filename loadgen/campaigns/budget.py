@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.config import Experiment, StrictTable, TargetConfig, load_toml, parse_experiment
+from loadgen.config.budget_job import BUDGET_JOB
 from loadgen.config.search import SearchConfig, TwinStart
 from loadgen.config.targets import TwinRef
 from loadgen.driver import ray_setup
@@ -77,35 +78,29 @@ def load_job(data: dict, base_dir: Path, source: str) -> tuple[BudgetJob, Experi
     data = dict(data)
     if "job" not in data:
         raise ConfigError("job", "is required", "add a [job] table: baseline, drafted, budgets")
-    t = StrictTable(data.pop("job"), "job")
+    t = StrictTable(data.pop("job"), "job", BUDGET_JOB)
     exp = parse_experiment(data, base_dir, source)
     names = [target.name for target in exp.targets]
-    baseline, drafted = t.get("baseline", str), t.get("drafted", str)
+    baseline, drafted = t.read("baseline"), t.read("drafted")
     for key, name in (("baseline", baseline), ("drafted", drafted)):
         if name not in names:
             raise ConfigError(f"job.{key}", f"{name!r} is not a target", f"use one of {names}")
-    budgets = tuple(t.get("budgets", list))
+    budgets = tuple(t.read("budgets"))
     if not budgets or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 2 for v in budgets):
         raise ConfigError("job.budgets", f"must be a list of whole numbers >= 2, got {list(budgets)!r}")
     fit_levels = exp.load.concurrency
     if len(fit_levels) < 2 or exp.load.search is not None:
         raise ConfigError("load.concurrency", "the levels the twins are fitted from: at least 2",
                           "e.g. concurrency = [1, 4, 16]")
-    urls = {int(k): str(v) for k, v in t.get("budget_urls", dict, {}).items()}
+    urls = {int(k): str(v) for k, v in t.read("budget_urls").items()}
     target = exp.targets[names.index(drafted)]
-    own = t.get("own_budget", int, own_budget(target))
+    own = t.read("own_budget", own_budget(target))
     if own is None:
         raise ConfigError("job.own_budget", f"{drafted}'s draft budget is not in its flags",
                           "give own_budget = its --speculative-num-draft-tokens")
-    verdict, alpha = t.get("verdict", str, "paired"), t.get("false_verdict", float, 0.05)
-    if verdict not in ("paired", "medians"):
-        raise ConfigError("job.verdict", f"must be \"paired\" or \"medians\", got {verdict!r}",
-                          'use "paired" (the lead read prompt by prompt, at a stated error rate)')
-    if not 0 < alpha < 0.5:
-        raise ConfigError("job.false_verdict", f"must be a share between 0 and 0.5, got {alpha!r}", "e.g. 0.05")
     job = BudgetJob(baseline, drafted, own, tuple(b for b in budgets if b != own), fit_levels,
-                    t.get("search_min", int, 1), t.get("search_max", int, 32), t.get("max_runs", int, 1), urls,
-                    verdict, alpha)
+                    t.read("search_min"), t.read("search_max"), t.read("max_runs"), urls,
+                    t.read("verdict"), t.read("false_verdict"))
     t.done()
     if target.url is not None and set(job.budgets) - set(urls):
         raise ConfigError("job.budget_urls", f"{drafted} is a running server: each budget needs its own",

@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+from loadgen.config.budget_job import BUDGET_JOB
 from loadgen.config.cost import COST
 from loadgen.config.experiment import RUN, TOP
 from loadgen.config.fleet import FLEET, FLEET_CONFIGURATION, FLEET_NODE
@@ -21,11 +22,11 @@ from loadgen.results.slo import SLO
 
 # What each table of an experiment file reads, by its dotted name; [targets.cost] takes [cost]'s keys
 READERS: dict[str, Keys] = {k.table: k for k in (TOP, RUN, LOAD, TRACE, PROMPTS, SOURCE, SLO, COST, TARGET, TWIN,
-                                                   FLEET, FLEET_NODE, FLEET_CONFIGURATION)}
+                                                   FLEET, FLEET_NODE, FLEET_CONFIGURATION, BUDGET_JOB)}
 READERS["targets.cost"] = COST
 # The docs' tables, in order: [load]'s split by mode
 SECTIONS: tuple[Keys, ...] = (TOP, RUN, *LOAD_SECTIONS, TRACE, PROMPTS, SOURCE, SLO, COST, TARGET, TWIN, FLEET,
-                              FLEET_NODE, FLEET_CONFIGURATION)
+                              FLEET_NODE, FLEET_CONFIGURATION, BUDGET_JOB)
 BEGIN = "<!-- keys: generated from the declarations by `python -m loadgen.config.docs`; edit those, not this -->"
 END = "<!-- keys: end -->"
 DOCS = Path("docs/experiments.md")

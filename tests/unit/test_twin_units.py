@@ -154,8 +154,9 @@ def test_the_draft_budget_job_checks_its_table_before_any_load(tmp_path):
     assert (job.verdict, job.false_verdict) == ("paired", 0.05)
     for change, message in (({"budgets": [1]}, r"job\.budgets: must be a list of whole numbers >= 2"),
                             ({"drafted": "nope"}, r"job\.drafted: 'nope' is not a target"),
-                            ({"verdict": "mean"}, r'job\.verdict: must be "paired" or "medians"'),
-                            ({"false_verdict": 0.5}, r"job\.false_verdict: must be a share between 0 and 0\.5"),
+                            ({"verdict": "mean"}, r"job\.verdict: unknown verdict 'mean' \(fix: use \"paired\" or "),
+                            ({"search_min": 0}, r"job\.search_min: must be a whole number >= 1, got 0"),
+                            ({"false_verdict": 0.5}, r"job\.false_verdict: must be a share > 0 and < 0\.5, got 0\.5"),
                             ({"budgetz": [4]}, r"job\.budgetz: unknown key")):
         bad = dict(data, job={**data["job"], **change})
         with pytest.raises(ConfigError, match=message):
