@@ -421,6 +421,10 @@ SELECT DISTINCT run_id, target, node,
        if(starts_with(target, node || '.'), substr(target, length(node) + 2), target) AS configuration
 FROM steps;
 
+-- The sequential SLO rule's constants (level_sequential below), read by loadgen/results/sequential.py too (one
+-- definition); rho_max: the misses' lag-1 correlation its rate holds to where a run gives no miss_correlation.
+CREATE OR REPLACE MACRO sequential_rule() AS {'indifference': 0.5, 'rho_max': 0.7, 'rho_steps': 8, 'w_edge': 0.5, 'w_far': 0.4, 'far_pass': 0.1, 'far_fail': 0.5};
+
 -- ---- Capacity at an SLO (queries/goodput.sql, capacity.sql, pareto.sql) ----
 --
 -- An SLO is per-request lines (TTFT, TPOT, e2e), the share of measured requests that must meet all of them
@@ -435,7 +439,9 @@ SELECT run_id,
        coalesce(getvariable('slo_e2e_s'), (s->>'e2e_s')::DOUBLE)::DOUBLE AS e2e_s,
        coalesce(getvariable('slo_attainment'), (s->>'attainment')::DOUBLE, 0.9)::DOUBLE AS attainment,
        coalesce(getvariable('slo_max_error_rate'), (s->>'max_error_rate')::DOUBLE, 0.01)::DOUBLE AS max_error_rate,
-       coalesce(getvariable('slo_false_verdict'), (s->>'false_verdict')::DOUBLE)::DOUBLE AS false_verdict
+       coalesce(getvariable('slo_false_verdict'), (s->>'false_verdict')::DOUBLE)::DOUBLE AS false_verdict,
+       coalesce(getvariable('slo_miss_correlation'), (s->>'miss_correlation')::DOUBLE,
+                sequential_rule().rho_max)::DOUBLE AS miss_correlation
 FROM saved;
 
 -- The 95% Wilson score interval of a share k/n (z = 1.96; loadgen.results.slo.WILSON_Z): unlike k/n +- a normal
@@ -511,38 +517,70 @@ GROUP BY s.run_id, s.target, s.level;
 -- Per series and load level, pooled over the level's runs (a search runs a level again while its call is
 -- unclear; a grid has repeats): the verdict a plan acts on and capacity.sql reads.
 -- The sequential call of each level (loadgen/results/sequential.py, the same rule; docs/capacity-search.md): with
--- runs.slo's false_verdict set, Wald's SPRT over the level's measured requests in step and schedule order, each
--- met or not (step_slo's rule), looked at the end of each batch of `concurrency` requests from the third on; its
--- log likelihood ratio divided by the batch means' variance inflation (>= 1). sequential_verdict: the first
--- call past a bound, sequential_n: the requests it was made on (NULL: no call yet).
+-- runs.slo's false_verdict set, over the level's measured requests in step and schedule order, each met or not
+-- (step_slo's rule), modelled as a two-state Markov chain (miss rate q, lag-1 correlation rho) so that misses in
+-- runs count as the weaker evidence they are. After each request, two one-sided likelihood ratios: a mixture of
+-- chains on the calling side (w_edge at its edge q and rho 0, w_far at a far q and rho_max, the rest spread
+-- over the rho grid) against the best-fitting chain at the other side's edge (rho 0..rho_max); a call once
+-- one reaches log(1 / false_verdict) (Ville's inequality: at most false_verdict wrong at every edge chain with
+-- rho <= rho_max, the run's miss_correlation). sequential_verdict: the first call, sequential_n: the requests it was made on (NULL: none yet).
 CREATE OR REPLACE VIEW level_sequential AS
 WITH judged AS (
-    SELECT m.run_id, m.target, s.level, greatest(1, s.concurrency) AS batch, o.attainment, o.false_verdict,
+    SELECT m.run_id, m.target, s.level, o.attainment, o.false_verdict, o.miss_correlation,
            (m.status = 'ok' AND NOT coalesce(m.ttft_ms > o.ttft_ms OR m.tpot_ms > o.tpot_ms
                                              OR m.e2e_ms > 1000 * o.e2e_s, false))::INT AS met,
            row_number() OVER (PARTITION BY m.run_id, m.target, s.level
-                              ORDER BY m.step_id, m.t_scheduled_ns, m.request_id) - 1 AS i
+                              ORDER BY m.step_id, m.t_scheduled_ns, m.request_id) AS n
     FROM measured m JOIN step_info s USING (run_id, step_id, target) JOIN run_slo o USING (run_id)
     WHERE o.false_verdict IS NOT NULL AND o.attainment < 1
-), batches AS (
-    SELECT run_id, target, level, i // batch AS j, any_value(batch) AS batch, any_value(attainment) AS a,
-           any_value(false_verdict) AS alpha, sum(met) AS met, count(*) AS k
-    FROM judged GROUP BY run_id, target, level, i // batch
-), running AS (
-    SELECT run_id, target, level, j, batch, alpha, (j + 1) * batch AS n, count(*) OVER w AS looks,
-           sum(met) OVER w AS met, coalesce(var_samp(met / batch) OVER w, 0) AS batch_var,
-           1 - (1 - a) * 0.5 AS p_pass, 1 - least((1 - a) * 1.5, (2 - a) / 2) AS p_fail
-    FROM batches WHERE k = batch
-    WINDOW w AS (PARTITION BY run_id, target, level ORDER BY j ROWS UNBOUNDED PRECEDING)
+), paired AS (
+    SELECT *, lag(met) OVER (PARTITION BY run_id, target, level ORDER BY n) AS prev FROM judged
+), counted AS (   -- after each request: the first outcome and the four transition counts so far
+    SELECT run_id, target, level, n, false_verdict, miss_correlation,
+           first_value(met) OVER w AS first_met,
+           coalesce(sum((prev = 1 AND met = 1)::INT) OVER w, 0) AS mm,
+           coalesce(sum((prev = 1 AND met = 0)::INT) OVER w, 0) AS mx,
+           coalesce(sum((prev = 0 AND met = 1)::INT) OVER w, 0) AS xm,
+           coalesce(sum((prev = 0 AND met = 0)::INT) OVER w, 0) AS xx,
+           (1 - attainment) * (1 - sequential_rule().indifference) AS q_pass,
+           least((1 - attainment) * (1 + sequential_rule().indifference), (2 - attainment) / 2) AS q_fail
+    FROM paired
+    WINDOW w AS (PARTITION BY run_id, target, level ORDER BY n ROWS UNBOUNDED PRECEDING)
+), grid AS (      -- per side: its edge chains (far = false) and far chains at each rho, with the mixture's weight
+    SELECT side, far, k,
+           ln(CASE WHEN NOT far AND k = 0 THEN sequential_rule().w_edge
+                   WHEN far AND k = sequential_rule().rho_steps - 1 THEN sequential_rule().w_far
+                   ELSE (1 - sequential_rule().w_edge - sequential_rule().w_far) / (2 * sequential_rule().rho_steps - 2)
+              END) AS log_w
+    FROM (VALUES ('pass'), ('fail')) sides(side), (VALUES (false), (true)) fars(far),
+         range(CAST(sequential_rule().rho_steps AS BIGINT)) ks(k)
+), chains AS (
+    SELECT c.run_id, c.target, c.level, c.n, c.false_verdict, g.side, g.far, g.log_w,
+           CASE WHEN g.side = 'pass' THEN (CASE WHEN g.far THEN c.q_pass * sequential_rule().far_pass ELSE c.q_pass END)
+                ELSE (CASE WHEN g.far THEN c.q_fail + (1 - c.q_fail) * sequential_rule().far_fail ELSE c.q_fail END)
+           END AS q, c.miss_correlation * g.k / (sequential_rule().rho_steps - 1) AS rho,
+           c.first_met, c.mm, c.mx, c.xm, c.xx
+    FROM counted c, grid g
+), logs AS (      -- each chain's log likelihood of the requests so far (sequential.py _coefficients)
+    SELECT run_id, target, level, n, false_verdict, side, far, log_w,
+           first_met * ln(1 - q) + (1 - first_met) * ln(q) + mm * ln(1 - q * (1 - rho)) + mx * ln(q * (1 - rho))
+           + xm * ln((1 - q) * (1 - rho)) + xx * ln(rho + (1 - rho) * q) AS ll
+    FROM chains
+), mixed AS (     -- per side: log of its mixture (max + log sum exp) and its best edge chain
+    SELECT run_id, target, level, n, any_value(false_verdict) AS alpha, side,
+           max(log_w + ll) + ln(sum(exp(log_w + ll - top))) AS mixture, max(ll) FILTER (NOT far) AS best
+    FROM (SELECT *, max(log_w + ll) OVER (PARTITION BY run_id, target, level, n, side) AS top FROM logs)
+    GROUP BY run_id, target, level, n, side
 ), scored AS (
-    SELECT *, (met * ln(p_fail / p_pass) + (n - met) * ln((1 - p_fail) / (1 - p_pass)))
-              / CASE WHEN met > 0 AND met < n THEN greatest(1, batch * batch_var / ((met / n) * (1 - met / n)))
-                     ELSE 1 END AS score
-    FROM running
+    SELECT run_id, target, level, n, any_value(alpha) AS alpha,
+           any_value(mixture) FILTER (side = 'pass') - any_value(best) FILTER (side = 'fail') AS pass_score,
+           any_value(mixture) FILTER (side = 'fail') - any_value(best) FILTER (side = 'pass') AS fail_score
+    FROM mixed GROUP BY run_id, target, level, n
 )
 SELECT run_id, target, level,
-       arg_min(CASE WHEN score > 0 THEN 'fail' ELSE 'pass' END, j) AS sequential_verdict, min(n) AS sequential_n
-FROM scored WHERE looks >= 3 AND abs(score) >= ln((1 - alpha) / alpha)
+       arg_min(CASE WHEN fail_score >= ln(1 / alpha) THEN 'fail' ELSE 'pass' END, n) AS sequential_verdict,
+       min(n) AS sequential_n
+FROM scored WHERE fail_score >= ln(1 / alpha) OR pass_score >= ln(1 / alpha)
 GROUP BY run_id, target, level;
 
 CREATE OR REPLACE VIEW level_slo AS

@@ -132,7 +132,7 @@ def _sequential_slo(load: LoadConfig, slo: Slo | None) -> Slo:
     if slo.attainment >= 1:
         raise ConfigError("slo.attainment", "a sequential test needs misses to be allowed (attainment < 1)",
                           'e.g. attainment = 0.99, or remove window = "sequential"')
-    return replace(slo, false_verdict=load.false_verdict)
+    return replace(slo, false_verdict=load.false_verdict, miss_correlation=load.miss_correlation)
 
 
 def experiment_document(exp: Experiment) -> dict:

@@ -58,6 +58,9 @@ CORE_KEYS = (
         "ends once the level's SLO call is clear (docs/capacity-search.md)", Choice(("fixed", "sequential"))),
     Key("false_verdict", float, 0.05, "window = \"sequential\": the sequential test's error rate",
         Bounds(0, 0.5, above=True, below=True, what="a share")),
+    Key("miss_correlation", float, None, "window = \"sequential\": the largest lag-1 correlation of misses the "
+        "error rate holds for (0: independent, cheapest; 0.5: misses in runs of about two; 0.7: of about four)",
+        Bounds(0, 0.9, what="a correlation"), shown="0.7 (views.sql sequential_rule())"),
 )
 LOAD = Keys("load", "How hard and how long each step drives the targets.",
             (*CORE_KEYS, *OPEN_KEYS, *SEARCH_KEYS, *RAMP_KEYS, TRACE_KEY))
@@ -100,6 +103,7 @@ class LoadConfig:
     ramp: RampConfig | None = None    # the level ramps between the listed levels within one step
     warmup_requests: int | None = None  # counted steps and traces: the first K requests per target are warm-up
     false_verdict: float | None = None  # window = "sequential": a window ends once its SLO call is clear at this rate
+    miss_correlation: float | None = None  # window = "sequential": the misses' lag-1 correlation the rate holds to
 
 
 
@@ -151,7 +155,8 @@ def parse_load(data: object, base_dir: Path) -> LoadConfig:
         min_measured=t.read("min_measured_requests"), max_measure_s=t.read("max_measure_s"),
         realtime_priority=t.read("realtime_priority"), search=search,
         stop_after_slo_failures=t.read("stop_after_slo_failures"), trace=trace, ramp=ramp,
-        warmup_requests=warmup_requests, false_verdict=_false_verdict(t))
+        warmup_requests=warmup_requests, false_verdict=_sequential_key(t, "false_verdict"),
+        miss_correlation=_sequential_key(t, "miss_correlation"))
     t.done()
     if config.stop_after_slo_failures is not None and (search or config.stop_after_slo_failures < 1):
         raise ConfigError("load.stop_after_slo_failures", "must be >= 1, and only applies to a grid of levels",
@@ -162,14 +167,14 @@ def parse_load(data: object, base_dir: Path) -> LoadConfig:
     return config
 
 
-def _false_verdict(t: StrictTable) -> float | None:
-    """window = "sequential": the sequential test's error rate; None for fixed windows."""
+def _sequential_key(t: StrictTable, name: str) -> float | None:
+    """A key of the sequential test (window = "sequential"); None for fixed windows, where giving it is an error."""
     if t.read("window") == "fixed":
-        if "false_verdict" in t.data:
-            raise ConfigError("load.false_verdict", "only applies to sequential windows", 'add window = "sequential"')
-        t.used.add("false_verdict")
+        if name in t.data:
+            raise ConfigError(f"load.{name}", "only applies to sequential windows", 'add window = "sequential"')
+        t.used.add(name)
         return None
-    return t.read("false_verdict")
+    return t.read(name)
 
 
 def _error_budget(t: StrictTable) -> float | None:

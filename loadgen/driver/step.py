@@ -244,8 +244,8 @@ def _wait_out(ctx: RunContext, step: PlannedStep, targets: list[Target], started
         needs = [load.min_measured or max(level.concurrency, step.min_measured or 0) for level in step.loads]
         max_s = step.max_measure_s or load.max_measure_s or 5 * load.measure_s
         slo = ctx.exp.slo
-        rules = [SequentialWindow(level.concurrency, slo.attainment, slo.false_verdict)
-                 if slo is not None and slo.false_verdict is not None else None for level in step.loads]
+        rules = [SequentialWindow(slo.attainment, slo.false_verdict, slo.miss_correlation)
+                 if slo is not None and slo.false_verdict is not None else None for _ in step.loads]
         ends = close_windows(started.by_target, [t.config.name for t in targets], times.measure_end,
                              times.measure_s, max_s, needs, progress, rules)
         stop.during(f"the drain of {what}")

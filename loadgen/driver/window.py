@@ -37,9 +37,9 @@ class SequentialWindow:
     """One target's sequential window (loadgen/results/sequential.py): it ends once the SLO call on the measured
     requests finished so far, in schedule order, is clear."""
 
-    batch: int                # the level's concurrency: one round of its streams
     attainment: float
     false_verdict: float
+    miss_correlation: float | None   # the misses' lag-1 correlation the rate holds to (None: the rule's default)
     seen: dict[int, list[tuple[int, str, bool]]] = field(default_factory=dict)   # worker -> its outcomes so far
 
     def call(self, workers: list) -> sequential.Call | None:
@@ -53,7 +53,8 @@ class SequentialWindow:
             self.seen[i] += answers[-1].finished
         cutoff = min(min(a.t_ns for a in answers), *(a.t_open_ns for a in answers if a.t_open_ns is not None))
         known = sorted(o for outcomes in self.seen.values() for o in outcomes if o[0] < cutoff)
-        return sequential.decide([met for _, _, met in known], self.batch, self.attainment, self.false_verdict)
+        return sequential.decide([met for _, _, met in known], self.attainment, self.false_verdict,
+                                 self.miss_correlation)
 
 
 def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_s: float, max_measure_s: float,

@@ -46,6 +46,8 @@ PARAMS: dict[str, str] = {
     "slo_e2e_s": "SLO line: send to last byte in s (default: the run's [slo])",
     "slo_attainment": "SLO: share of measured requests that must meet every line (default: the run's, else 0.9)",
     "slo_false_verdict": "SLO: judge each level by the sequential test at this error rate (default: the run's window)",
+    "slo_miss_correlation": "SLO: the sequential test's largest lag-1 correlation of misses (default: the run's, "
+                            "else 0.7)",
     "slo_max_error_rate": "SLO: share of measured requests that may fail (default: the run's, else 0.01)",
     "predicted_run": "twin_error: only this predicted run (default: every predicted run selected)",
     "measured_run": "twin_error: only this measured run (default: every measured run selected)",

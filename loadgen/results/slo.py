@@ -39,6 +39,7 @@ class Slo:
     attainment: float = 0.9          # share of measured requests that must meet every line
     max_error_rate: float = 0.01     # share of measured requests that may fail (http error, timeout, ...)
     false_verdict: float | None = None  # [load] window = "sequential": the sequential test's error rate
+    miss_correlation: float | None = None  # and the misses' lag-1 correlation it holds to (None: the rule's default)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
