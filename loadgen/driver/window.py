@@ -51,10 +51,16 @@ class SequentialWindow:
             except ray.exceptions.RayActorError:
                 return None   # a dead worker's requests are unknown: the window runs to its longest
             self.seen[i] += answers[-1].finished
-        cutoff = min(min(a.t_ns for a in answers), *(a.t_open_ns for a in answers if a.t_open_ns is not None))
+        cutoff = judged_before(answers)
         known = sorted(o for outcomes in self.seen.values() for o in outcomes if o[0] < cutoff)
         return sequential.decide([met for _, _, met in known], self.attainment, self.false_verdict,
                                  self.miss_correlation)
+
+
+def judged_before(answers: list[SloOutcomes]) -> int:
+    """Every request scheduled before this moment has finished: the earliest answer, or the earliest request still
+    in flight (none may be, when every stream is between two requests)."""
+    return min([a.t_ns for a in answers] + [a.t_open_ns for a in answers if a.t_open_ns is not None])
 
 
 def close_windows(groups: list[list], names: list[str], t_min_end: int, measure_s: float, max_measure_s: float,

@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loadgen.client.messages import SloOutcomes
 from loadgen.config import parse_experiment
+from loadgen.driver.window import judged_before
 from loadgen.errors import ConfigError
 from loadgen.results.analysis import level_verdicts, open_results
 from loadgen.results.sequential import (
@@ -184,6 +186,13 @@ def test_sql_replays_a_runs_own_miss_correlation(tmp_path: Path):
         call = decide(met, 0.9, ALPHA, 0.0)
         assert call is not None and rows[level] == (call.verdict, call.n), level
     assert rows[1] == ("pass", 22)                               # the default would make no call on 40
+
+
+def test_a_poll_with_no_request_in_flight_judges_up_to_the_earliest_answer():
+    """Every stream between two requests (no t_open_ns anywhere) once ended the job with a TypeError."""
+    finished = [(10, "a", True)]
+    assert judged_before([SloOutcomes(500, finished, None), SloOutcomes(400, [], None)]) == 400
+    assert judged_before([SloOutcomes(500, finished, 300), SloOutcomes(400, [], None)]) == 300
 
 
 def test_without_false_verdict_the_fixed_call_stands(tmp_path: Path):
