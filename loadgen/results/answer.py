@@ -231,14 +231,15 @@ def predicted_lines(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
 
 
 def fleet_lines(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """A node off its fleet's median (queries/fleet_nodes.sql `outlier`), one sentence each: `spark3 is off the
-    fleet (mtp): tok/s -22..-24% vs the fleet median of 4 nodes at C=1, C=8, C=16`."""
+    """A node off its fleet's median (queries/fleet_nodes.sql `outlier`), one sentence each, the farthest off
+    first: `spark3 is off the fleet (mtp): tok/s -22..-24% vs the fleet median of 4 nodes at C=1, C=8, C=16`."""
     off: dict[tuple[str, str], list[dict]] = {}
     for r in analysis.run_query(con, "fleet_nodes").to_pylist():
         if r["outlier"]:
             off.setdefault((r["node"], r["configuration"]), []).append(r)
+    farthest = sorted(off.items(), key=lambda item: -max(abs(r["tok_s_vs_fleet_pct"] or 0) for r in item[1]))
     lines = []
-    for (node, configuration), rows in off.items():
+    for (node, configuration), rows in farthest:
         levels = ", ".join(f"C={r['concurrency']}" if r["rate"] is None else f"rate={r['rate']:g}/s" for r in rows)
         accept = [r["accept_len_vs_fleet_pct"] for r in rows if round(r["accept_len_vs_fleet_pct"] or 0)]
         lines.append(f"{node} is off the fleet ({configuration}): tok/s "

@@ -67,6 +67,20 @@ def test_a_fleet_answer_names_the_node_off_the_fleet_first(tmp_path):
     assert "too close to call at C=8..16 (within 0.6%)" in spark2 and "crossover" not in spark2
 
 
+def test_of_two_nodes_off_the_fleet_the_farthest_is_named_first(tmp_path):
+    r = Results()
+    r.run("fleet")
+    tok_s = {"spark1": 120.0, "spark2": 100.0, "spark3": 60.0, "spark4": 100.0, "spark5": 101.0}   # +20%, -40%
+    for i, (node, value) in enumerate(tok_s.items()):
+        add_series(r, "fleet", f"{node}.mtp", i, "NEXTN", {8: [value]})
+    for step in r.rows["steps"]:
+        step["node"] = step["target"].split(".")[0]
+    folder = r.write(tmp_path)
+    lines = answer.answer_text(open_results(folder), str(folder), "fleet").splitlines()
+    assert lines[2] == "  spark3 is off the fleet (mtp): tok/s -40% vs the fleet median of 5 nodes at C=8"
+    assert lines[3] == "  spark1 is off the fleet (mtp): tok/s +20% vs the fleet median of 5 nodes at C=8"
+
+
 def test_every_line_fits_120_columns_with_long_names(tmp_path):
     r = Results()
     r.run("wide")
