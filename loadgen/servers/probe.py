@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
+    retry_if_not_exception_type,
     stop_after_delay,
     wait_exponential,
 )
@@ -90,11 +91,14 @@ async def openai_models(session: aiohttp.ClientSession, url: str, api_key: str |
 
 async def flush_cache(session: aiohttp.ClientSession, url: str, api_key: str | None = None,
                       within_s: float = 30.0) -> None:
-    """`POST /flush_cache`, retried while the server is still busy finishing cut requests."""
+    """`POST /flush_cache`, retried while the server is still busy finishing cut requests or drops a connection. A
+    refused connect is not retried: the server is gone, and the caller brings it back or drops it within
+    server_retry_s (driver/serverdeath.py), not after this call's own `within_s` on top."""
     try:
         async for attempt in AsyncRetrying(stop=stop_after_delay(within_s), reraise=True,
                                            wait=wait_exponential(multiplier=0.05, max=1.0),
-                                           retry=retry_if_exception_type((_Busy, aiohttp.ClientConnectionError))):
+                                           retry=retry_if_exception_type((_Busy, aiohttp.ClientConnectionError))
+                                           & retry_if_not_exception_type(aiohttp.ClientConnectorError)):
             with attempt:
                 async with session.post(f"{url}/flush_cache", headers=_headers(api_key), timeout=_TIMEOUT) as resp:
                     await resp.read()

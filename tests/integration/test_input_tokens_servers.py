@@ -89,7 +89,9 @@ def test_a_run_without_a_target_records_none(ray_local, emulator_url, tmp_path):
 @pytest.fixture(scope="module")
 def llama(llama_server_bin, tmp_path_factory):
     binary, model = llama_server_bin
-    with LlamaServer(binary, model, tmp_path_factory.mktemp("llama") / "server.log", parallel=2) as server:
+    # no draft model: it would prefill every prompt a second time, and only the prompt's tokens are checked here
+    with LlamaServer(binary, model, tmp_path_factory.mktemp("llama") / "server.log", parallel=2,
+                     draft=False) as server:
         yield server
 
 

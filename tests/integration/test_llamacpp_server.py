@@ -32,7 +32,7 @@ from loadgen.driver.runner import run_experiment
 from loadgen.results import analysis
 from loadgen.servers import serverid
 
-MAX_TOKENS = 40
+MAX_TOKENS = 20      # a few draft rounds a request: every check counts tokens or times one request
 LEVELS = {1: 4, 3: 6}   # concurrency -> requests (a counted run: all measured)
 
 

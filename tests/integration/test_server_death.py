@@ -163,6 +163,26 @@ def test_url_server_gone_between_steps_is_dropped_before_the_next(ray_local, tmp
     assert any("does not answer before step 1" in line for line in lines), lines
 
 
+def test_a_refused_flush_is_not_retried():
+    """Before a step, a server that refuses connections is gone: the flush says so at once, and the caller brings
+    it back or drops it within server_retry_s. (Its retries for a busy server once held a gone one 30 s more.)"""
+    import asyncio
+
+    import aiohttp
+
+    from loadgen.errors import TargetError
+    from loadgen.servers.ports import free_port
+    from loadgen.servers.probe import flush_cache
+
+    async def flush() -> None:
+        async with aiohttp.ClientSession() as session:
+            await flush_cache(session, f"http://127.0.0.1:{free_port()}", within_s=20.0)
+    started = time.monotonic()
+    with pytest.raises(TargetError, match="unreachable for /flush_cache"):
+        asyncio.run(flush())
+    assert time.monotonic() - started < 20.0   # retried, it would end only when within_s ran out
+
+
 @pytest.mark.timeout(300)
 def test_slow_server_is_told_from_a_hung_one(ray_local, tmp_path):
     """A server that holds every first token for 2.5 s (but answers control calls) under a 1 s stall timeout:
