@@ -642,8 +642,9 @@ GROUP BY s.run_id, s.step_id, s.target, g.t_ns;
 CREATE OR REPLACE VIEW gpu_window AS
 WITH violations AS (
     SELECT s.run_id, s.step_id, s.target,
-           100 * avg(v.power_s / nullif(v.span_s, 0)) AS power_violation_pct,
-           100 * avg(v.thermal_s / nullif(v.span_s, 0)) AS thermal_violation_pct
+           -- at most all of it: a counter read a little after its sample's timestamp can outgrow the span
+           100 * avg(if(v.power_s > v.span_s, v.span_s, v.power_s) / nullif(v.span_s, 0)) AS power_violation_pct,
+           100 * avg(if(v.thermal_s > v.span_s, v.span_s, v.thermal_s) / nullif(v.span_s, 0)) AS thermal_violation_pct
     FROM step_info s,
          LATERAL (SELECT g.gpu, (max(g.t_ns) - min(g.t_ns)) / 1e9 AS span_s,
                          max(g.power_violation_s) - min(g.power_violation_s) AS power_s,

@@ -146,3 +146,17 @@ def test_results_that_predate_gpu_samples_still_query(tmp_path):
         assert query(root, name) == []
     assert hardware_rows(root) == []
     assert query(root, "compare_algorithms")   # the rest of the folder reads as before
+
+
+def test_a_violation_counter_that_outgrows_its_samples_span_is_all_of_the_window_not_more(tmp_path):
+    """A counter read a little after its sample's timestamp can grow more than the samples' span (seen under load:
+    "software power cap 101% of the window"); the share is at most 100%."""
+    r = Results()
+    r.run("v")
+    gpu_step(r, "v", 0, "a", "n1", [800] * 5)
+    inside = r.rows["gpu_samples"][1:-1]             # the window's samples, 1 s .. 5 s (4 s apart end to end)
+    for i, s in enumerate(inside):
+        s["power_violation_s"] = 1.05 * i            # 4.2 s of violation over a 4 s span
+    con = analysis.open_results(r.write(tmp_path))
+    [(pct,)] = con.execute("SELECT power_violation_pct FROM gpu_window").fetchall()
+    assert pct == 100.0
