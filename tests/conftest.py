@@ -75,7 +75,7 @@ def no_stop_carried_over() -> Iterator[None]:
 UNIT = Path(__file__).parent / "unit"
 TESTS = Path(__file__).parent
 # The order xdist hands files to its workers (`--dist loadfile --no-loadscope-reorder` in pyproject.toml): the
-# tiers' longest files first, then the rest of e2e, integration and unit (short files last, so that both workers end
+# tiers' longest files first, then the rest of e2e, integration and unit (short files last, so that the workers end
 # together). xdist's default order, by number of tests, put minutes-long files of one or two tests (e2e, Chromium)
 # last, and a long file started last keeps one worker busy while the other idles. A stale list costs balance, never
 # a verdict; the numbers are in the commit that measured them (pytest --durations).

@@ -8,6 +8,7 @@ package data, `loadgen/results/queries` (a link to the top-level queries/ in a c
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -98,7 +99,7 @@ def open_results(results_dir: str | Path, run_ids: list[str] | None = None) -> d
     # Every query orders its output explicitly, so DuckDB need not keep scan order (faster windows/sorts).
     con = duckdb.connect(config={"preserve_insertion_order": False})
     _run(con, "SET VARIABLE results = ?", [str(root)])
-    _run(con, (QUERIES_DIR / "views.sql").read_text())
+    _run(con, _views_sql())
     found = _run(con, "SELECT run_id, schema_version FROM runs")
     newest = max((v for _, v in found if v is not None), default=SCHEMA_VERSION)
     if len({v for _, v in found}) > 1:   # files of different versions: the requests view matches columns by name
@@ -116,6 +117,16 @@ def open_results(results_dir: str | Path, run_ids: list[str] | None = None) -> d
                 "(list them with `loadgen query runs`)")
         _run(con, "SET VARIABLE run_ids = ?", [list(run_ids)])
     return con
+
+
+@functools.cache
+def _views_sql() -> str:
+    """views.sql with every view's binding deferred to its first use: a connection then opens without binding
+    the views no query of it reads (the file itself stays as the duckdb CLI 1.5, which lacks the option, reads it)."""
+    return _VIEW.sub(r"\g<0> WITH (DEFER_BINDING)", (QUERIES_DIR / "views.sql").read_text())
+
+
+_VIEW = re.compile(r"^CREATE OR REPLACE VIEW \w+(?= AS\b)", re.MULTILINE)
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
