@@ -47,13 +47,13 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
 
-VIEWS_SQL = Path(str(resources.files("loadgen.results") / "queries" / "views.sql"))   # package data (a wheel too)
+from loadgen.results.analysis import QUERIES_DIR
+
+VIEWS_SQL = QUERIES_DIR / "views.sql"
 
 
 def _rule_constants() -> dict[str, float]:
