@@ -37,10 +37,12 @@ class CellResult:
 
 @dataclass(frozen=True, slots=True)
 class SimPrompt:
-    """What the engine needs of a prompt: the kind its acceptance follows and its length in tokens."""
+    """What the engine needs of a prompt: the kind its acceptance follows, its length in tokens, and how many of
+    its leading tokens the server already held (a measured request's cached_tokens: not prefilled)."""
 
     kind: str
     prompt_tokens: int
+    cached_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -115,7 +117,8 @@ def run_closed(engine: Engine, concurrency: int, prompts: Sequence[SimPrompt], m
         n = len(out)
         p = prompts[n % len(prompts)]
         req = EmuRequest(id=str(n), rid=None, kind=p.kind, route="sim", prompt_tokens=p.prompt_tokens,
-                         max_new_tokens=max_new_tokens, ignore_eos=True, stream_interval=1)
+                         max_new_tokens=max_new_tokens, ignore_eos=True, stream_interval=1,
+                         cached_tokens=min(p.cached_tokens, p.prompt_tokens - 1))
         rec = SimRequest(n, slot, p.kind, p.prompt_tokens, t)
         out.append(rec)
         live[req.id] = (rec, req)

@@ -31,9 +31,10 @@ from loadgen.errors import ConfigError
 from loadgen.twin import acceptance
 from loadgen.twin.model import METRICS, FitError, ServerSide, Twin
 from loadgen.twin.observe import Level, Source
-from loadgen.twin.vtime import as_measured, expected_figures, expected_power
+from loadgen.twin.vtime import as_measured, expected_figures, expected_power, level_figures, simulate
 
 SEEDS = (1, 2, 3)          # the same seeds at every evaluation: the figures are a smooth function of the numbers
+NOISE_SEEDS = tuple(range(1, 9))   # the runs whose spread gives a measured window's own sampling noise
 SIGMA = {"tok_s": 0.03, "ttft_p50_ms": 0.06, "ttft_p90_ms": 0.12, "tpot_p50_ms": 0.03}   # log-error scale
 FITTED_METRICS = tuple(SIGMA)
 TOL = 1e-3                 # the fit stops when a step changes the cost or the numbers by less than 0.1%
@@ -139,6 +140,7 @@ def fit_twin(source: Source, hardware: str | None = None, model: str | None = No
     params = [p for p in PARAMS if p.where == "hardware" or server.draft != "none"]
     problem = _Problem(source.workload, params)
     x0 = problem.rescale(base, source.levels)
+    problem.noise = problem.window_noise(problem.apply(base, x0), source.levels)
     log(f"fitting {len(params)} numbers to {len(source.levels)} levels (C = "
         f"{', '.join(str(lv.concurrency) for lv in source.levels)}); {accept_note}")
     x, sd = problem.solve(base, x0, x0, source.levels)
@@ -220,6 +222,7 @@ class _Problem:
 
     def __init__(self, workload: dict[int, list[SimPrompt]], params: Sequence[Param]) -> None:
         self.workload, self.params = workload, list(params)
+        self.noise: dict[int, dict[str, float]] = {}   # level -> metric -> a window's sampling sd (log units)
 
     def x_of(self, twin: Twin) -> np.ndarray:
         return np.array([math.log(p.value(twin) + p.offset) for p in self.params])
@@ -242,6 +245,19 @@ class _Problem:
         """The twin's modelled GPU's mean power at a measured level, under that step's own window."""
         return expected_power(twin, level.concurrency, self.workload[level.concurrency],
                               as_measured(level.warmup_s, level.window_s), SEEDS)
+
+    def window_noise(self, twin: Twin, levels: Sequence[Level]) -> dict[int, dict[str, float]]:
+        """How much each figure of one measured window moves by chance alone: its spread (sd of the log) over
+        seeded runs of the same window. A short window's TTFT at high C is one draw of how arrivals bunched
+        (+-15% between seeds); the fit must not bend the hardware to one draw's luck."""
+        out = {}
+        for lv in levels:
+            runs = [level_figures(simulate(twin, lv.concurrency, self.workload[lv.concurrency],
+                                           as_measured(lv.warmup_s, lv.window_s), seed), lv.warmup_s)
+                    for seed in NOISE_SEEDS]
+            out[lv.concurrency] = {m: float(np.std([math.log(r[m]) for r in runs if r[m] > 0], ddof=1))
+                                   for m in FITTED_METRICS if sum(r[m] > 0 for r in runs) > 1}
+        return out
 
     def rescale(self, twin: Twin, levels: Sequence[Level]) -> np.ndarray:
         """Start from the base profiles moved as a whole to the lowest level: decode speed (bandwidth, compute,
@@ -275,7 +291,8 @@ class _Problem:
                 elif not (got > 0):
                     out.append(3.0)
                 else:
-                    out.append(math.log(got / meas) / SIGMA[m])
+                    noise = self.noise.get(lv.concurrency, {}).get(m, 0.0)
+                    out.append(math.log(got / meas) / math.hypot(SIGMA[m], noise))
         prior = (x - x0) / np.array([p.prior_sd for p in self.params])
         return np.concatenate([np.array(out), prior])
 

@@ -68,7 +68,8 @@ WHERE run_id = ? AND target = ? AND name LIKE 'llamacpp:spec_decode_num_accepted
 # Every request of each level as it was sent (its prompt's kind and server-counted tokens), the drain's cut ones
 # included: a level's simulation sends the same prompts in the same order.
 _WORKLOAD = """
-SELECT s.concurrency, r.prompt_kind, r.prompt_tokens, r.prompt_id, r.completion_tokens, r.status
+SELECT s.concurrency, r.prompt_kind, r.prompt_tokens, coalesce(r.cached_tokens, 0), r.prompt_id,
+       r.completion_tokens, r.status
 FROM requests r JOIN steps s USING (run_id, step_id, target)
 WHERE r.run_id = ? AND r.target = ? AND r.prompt_tokens IS NOT NULL AND s.status = 'complete'
 ORDER BY s.concurrency, r.step_id, r.t_sent_ns
@@ -178,9 +179,9 @@ def _read(con: duckdb.DuckDBPyConnection, results: str, run_id: str, target: str
     info = json.loads(info_text or "{}")
     workload_rows = con.execute(_WORKLOAD, [run_id, target]).fetchall()
     workload: dict[int, list[SimPrompt]] = defaultdict(list)
-    for level, kind, tokens, *_ in workload_rows:
-        workload[int(level)].append(SimPrompt(kind, int(tokens)))
-    ok_rows = [(kind, tokens, pid, done) for _, kind, tokens, pid, done, status in workload_rows if status == "ok"]
+    for level, kind, tokens, cached, *_ in workload_rows:
+        workload[int(level)].append(SimPrompt(kind, int(tokens), int(cached)))
+    ok_rows = [(kind, tokens, pid, done) for _, kind, tokens, _, pid, done, status in workload_rows if status == "ok"]
     accepted = {(int(level), kind): (int(c), int(v), int(n))
                 for level, kind, c, v, n in con.execute(_KINDS, [run_id, target]).fetchall()}
     step_tokens: dict[tuple[int, str], dict[tuple[int, int], int]] = defaultdict(dict)

@@ -23,7 +23,9 @@ from loadgen.results import analysis
 from loadgen.results.schema import SCHEMA_VERSION
 from loadgen.results.sequential import Pair, decide_lead
 from loadgen.twin import acceptance, crossover
+from loadgen.twin.fit import PARAMS, _Problem
 from loadgen.twin.model import load_twin
+from loadgen.twin.observe import Level
 from loadgen.twin.predict import twin_targets
 from loadgen.twin.whatif import load_target
 from sqlfixtures import Results
@@ -357,3 +359,36 @@ def test_an_unclear_level_measures_the_baseline_again_only_when_it_has_no_more_s
     assert not baseline_needed(levels, "mtp", "b6", 4)   # MTP has 2 steps there, b6 gets its second
     assert baseline_needed(levels, "mtp", "b6", 8)       # 1 each: a re-run measures both
     assert baseline_needed(levels, "mtp", "b6", 16)      # a new level
+
+
+def test_a_prompt_the_server_had_cached_is_prefilled_without_its_cached_tokens():
+    """A measured request's cached_tokens are left out of its prefill in virtual time, as the server left them out:
+    300 tokens with 200 cached take the first token as fast as 100 uncached ones, faster than 300."""
+    spec = spec_for("mtp")
+
+    def ttft(prompt: SimPrompt) -> float:
+        run = run_closed(build_engine(spec), 1, [prompt], 16, Window(0, 5, 5, 0, 1e9), stagger=False)
+        return run.requests[0].first - run.requests[0].sent
+
+    assert ttft(SimPrompt("code", 300, 200)) == pytest.approx(ttft(SimPrompt("code", 100)), rel=1e-9)
+    assert ttft(SimPrompt("code", 300, 200)) < 0.6 * ttft(SimPrompt("code", 300))
+
+
+def test_the_fit_weighs_a_figure_by_how_much_its_window_moves_by_chance(tmp_path):
+    """One prompt at C = 1 gives the same TTFT in every seeded run: its miss counts in full. Many prompts at C = 16
+    bunch differently from seed to seed: its TTFT p50 is one draw, and the same miss weighs less."""
+    twin = load_twin(hidden_profile(1, tmp_path, algorithm="mtp", spread=0.0).truth)
+    rnd = random.Random(5)
+    workload = {1: [SimPrompt("code", 300)],
+                16: [SimPrompt(rnd.choice(("code", "prose")), rnd.randint(128, 512)) for _ in range(400)]}
+    levels = [Level(1, 20, 2.0, 6.0, {}), Level(16, 25, 2.0, 6.0, {})]
+    problem = _Problem(workload, [p for p in PARAMS if p.name == "prefill_tflops"])
+    noise = problem.window_noise(twin, levels)
+    assert noise[1]["ttft_p50_ms"] < 0.005 < 0.05 < noise[16]["ttft_p50_ms"]
+    problem.noise = noise
+    x = problem.x_of(twin)
+    sim = {lv.concurrency: problem.figures(twin, lv) for lv in levels}
+    missed = [dataclasses.replace(lv, figures={"ttft_p50_ms": 1.2 * sim[lv.concurrency]["ttft_p50_ms"]})
+              for lv in levels]
+    at_1, at_16 = (abs(problem.residuals(twin, x, x, [lv])[1]) for lv in missed)
+    assert at_16 < 0.6 * at_1
