@@ -97,19 +97,23 @@ FROM (FROM results_table('client_samples', by_name := true)
       UNION ALL BY NAME SELECT NULL::DOUBLE AS read_delay_max_ms WHERE false)
 WHERE kept(run_id, step_id);
 
--- GPU telemetry (schema 6; docs/telemetry.md): a table that runs of older schemas never wrote. A folder of only
--- such runs has no gpu_samples/ files at all, and read_parquet refuses a glob that matches nothing: the view is
--- then an empty table of the same columns (query() takes the SQL chosen when views.sql is read).
+-- A table that runs of older schemas never wrote: a folder of only such runs has no files of it, and read_parquet
+-- refuses a glob that matches nothing; the table is then `empty`, a query of no rows with the same columns
+-- (`files`: how many it has; query() takes the SQL chosen when views.sql is read).
+CREATE OR REPLACE MACRO optional_table(name, files, empty) AS TABLE
+FROM query(if(files > 0, 'FROM results_table(''' || name || ''')', empty));
+
+-- GPU telemetry (schema 6; docs/telemetry.md)
 SET VARIABLE gpu_sample_files = (SELECT count(*) FROM glob(getvariable('results') || '/gpu_samples/run_id=*/*.parquet'));
 CREATE OR REPLACE VIEW gpu_samples AS
-FROM query(if(getvariable('gpu_sample_files') > 0, 'FROM results_table(''gpu_samples'')',
+FROM optional_table('gpu_samples', getvariable('gpu_sample_files'),
     'SELECT NULL::VARCHAR AS run_id, NULL::INTEGER AS step_id, NULL::VARCHAR AS target, NULL::VARCHAR AS node,
             NULL::BIGINT AS t_ns, NULL::VARCHAR AS moment, NULL::VARCHAR AS source, NULL::VARCHAR AS gpu,
             NULL::VARCHAR AS gpu_uuid, NULL::DOUBLE AS power_w, NULL::DOUBLE AS energy_j,
             NULL::DOUBLE AS sm_clock_mhz, NULL::DOUBLE AS sm_clock_max_mhz, NULL::DOUBLE AS temperature_c,
             NULL::DOUBLE AS utilization_pct, NULL::DOUBLE AS memory_used_gb, NULL::VARCHAR AS memory_source,
             NULL::BIGINT AS clock_reasons_mask, NULL::VARCHAR[] AS clock_reasons,
-            NULL::DOUBLE AS power_violation_s, NULL::DOUBLE AS thermal_violation_s WHERE false'))
+            NULL::DOUBLE AS power_violation_s, NULL::DOUBLE AS thermal_violation_s WHERE false')
 WHERE kept(run_id, step_id);
 
 -- One row per step with the columns every result row is labelled with.
@@ -860,15 +864,14 @@ FROM steps
 WHERE predicted;
 
 -- A measured target that watches its twin (`watch_twin`, docs/twin.md): the twin's prediction of each measured level
--- (schema 8's twin_checks; a folder of older runs only has no files: an empty table of the same columns), the
--- newest check of a run when a resume checked it again.
+-- (schema 8's twin_checks, an optional table), the newest check of a run when a resume checked it again.
 SET VARIABLE twin_check_files = (SELECT count(*) FROM glob(getvariable('results') || '/twin_checks/run_id=*/*.parquet'));
 CREATE OR REPLACE VIEW twin_checks AS
-FROM query(if(getvariable('twin_check_files') > 0, 'FROM results_table(''twin_checks'')',
+FROM optional_table('twin_checks', getvariable('twin_check_files'),
     'SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS target, NULL::VARCHAR AS node, NULL::INTEGER AS concurrency,
             NULL::VARCHAR AS metric, NULL::DOUBLE AS predicted, NULL::DOUBLE AS band_pct, NULL::VARCHAR AS twin_file,
             NULL::VARCHAR AS twin_source, NULL::VARCHAR AS twin_date, NULL::VARCHAR AS predicted_run,
-            NULL::BIGINT AS checked_at_ns WHERE false'))
+            NULL::BIGINT AS checked_at_ns WHERE false')
 QUALIFY rank() OVER (PARTITION BY run_id, target ORDER BY checked_at_ns DESC) = 1;
 
 -- Drift: each checked level beside its measurement (level_metrics). off_pct = 100 (measured / predicted - 1), how
