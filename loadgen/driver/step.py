@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from loadgen.client.messages import StepSpec
 from loadgen.clock import now_ns
@@ -34,6 +35,7 @@ from loadgen.results import schema
 LATE_START_S = 0.1          # a worker ready later than this after the shared start sent late: the step runs again
 MAX_START_DELAY_S = 4.0     # the delay doubles after each late start, up to this; a step late at it is kept
 _FOREVER = 1 << 62          # a window that never closes (fixed-count steps: every request is measured)
+WORKER_RESTART_S = 60.0     # how long a step waits for a worker Ray is restarting before it runs without it
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ def run_step(ctx: RunContext, step: PlannedStep, all_targets: list[Target], tota
     stop.check()
     by_name = {t.config.name: t for t in all_targets}
     original = step
+    _await_restarts([by_name[name] for name in step.targets])
     step, targets, infos = _before_step(ctx, step, [by_name[name] for name in step.targets])
     if not targets:
         return True   # every target of the step was dropped before it (their reasons are in ctx.dropped)
@@ -308,6 +311,20 @@ def _reasons_for(reasons: list[str], target: str) -> list[str]:
     """The reasons that concern one target's row: a dead or unavailable worker (`worker <target>.w<i> ...`)
     concerns its own target only (the others' streams ran in full); every other reason concerns all."""
     return [r for r in reasons if not r.startswith("worker ") or r.split()[1].rsplit(".w", 1)[0] in (target, "?")]
+
+
+def _await_restarts(targets: list[Target]) -> None:
+    """Before the step's clock starts, wait for each worker that Ray is still restarting after a crash: a call to it
+    meanwhile fails (ActorUnavailableError), and the step would run without its streams (or, for a target's first
+    worker, without its server's snapshot). A worker whose restarts are used up is left to _start_workers to name."""
+    for worker in (w for t in targets for w in t.workers):
+        try:
+            for attempt in Retrying(retry=retry_if_exception_type(ray.exceptions.ActorUnavailableError),
+                                    stop=stop_after_delay(WORKER_RESTART_S), wait=wait_fixed(0.2), reraise=True):
+                with attempt:
+                    stop.get(worker.node_id.remote())
+        except ray.exceptions.RayActorError:
+            pass
 
 
 def _before_step(ctx: RunContext, step: PlannedStep, targets: list[Target]

@@ -9,14 +9,17 @@ import re
 import signal
 import threading
 import time
+import types
 from collections import Counter
 from pathlib import Path
 
 import duckdb
 import psutil
 import pytest
+import ray
 
 from faultkit import rows, run, truth
+from loadgen.driver import step
 
 SLOW = ("--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", "1")
 
@@ -87,6 +90,42 @@ def test_worker_killed_mid_step(policy, ray_local, emulator_factory, tmp_path):
         step1 = [r for r in got if r["step_id"] == 1]
         assert len(step1) == 8 and {r["status"] for r in step1} == {"ok"}
         assert {r["worker"] for r in step1} == {"emu.w0", "emu.w1"}
+
+
+@ray.remote(num_cpus=0, max_restarts=1)
+class _SlowToRestart:
+    """A stand-in worker whose restart takes 3 s (a loaded machine's LoadWorker restart)."""
+
+    def __init__(self) -> None:
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            time.sleep(3.0)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+def test_a_step_waits_for_a_worker_ray_is_restarting(ray_local):
+    """Called while Ray restarts it, a worker answers ActorUnavailableError: the step's start waits until it is back
+    (else the step ran without its streams: seen under load as an incomplete step after a crash). A worker whose
+    restarts are used up does not hold the step: it is named unavailable when the step starts."""
+    worker = _SlowToRestart.remote()
+    os.kill(ray.get(worker.pid.remote()), signal.SIGKILL)
+    time.sleep(0.3)
+    with pytest.raises(ray.exceptions.ActorUnavailableError):
+        ray.get(worker.node_id.remote())
+    target = types.SimpleNamespace(workers=[worker])
+    step._await_restarts([target])   # type: ignore[list-item]
+    assert ray.get(worker.node_id.remote(), timeout=1)
+    os.kill(ray.get(worker.pid.remote()), signal.SIGKILL)   # its one restart used
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    step._await_restarts([target])   # type: ignore[list-item]
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(worker.node_id.remote(), timeout=10)
+    assert time.monotonic() - t0 < step.WORKER_RESTART_S
 
 
 def test_sink_killed_mid_step(ray_local, emulator_factory, tmp_path):
