@@ -56,16 +56,17 @@ class ServerControl:
             self.session = aiohttp.ClientSession()
         return self.session
 
-    async def server_info(self) -> dict:
+    async def server_info(self, within_s: float = 10.0) -> dict:
         """SGLang's /get_server_info; for openai-* flavours whatever the server says (algorithm UNKNOWN when it
-        is not SGLang), so steps rows carry the algorithm and draft tokens whenever they can be known."""
+        is not SGLang), so steps rows carry the algorithm and draft tokens whenever they can be known. A refused
+        connect is retried for `within_s`."""
         session, url = await self._session(), self.url
         ident = self.identity or {}
         if self.flavor == "sglang" or ident.get("server") == serverid.SGLANG:
-            return dict(await probe.server_info(session, url, self.api_key), **ident)
+            return dict(await probe.server_info(session, url, self.api_key, within_s), **ident)
         if ident:  # another server: what preflight learnt (its routes are not asked again)
             return dict(ident)
-        info = await probe.sglang_server_info(session, url, self.api_key)
+        info = await probe.sglang_server_info(session, url, self.api_key, within_s)
         return info if info is not None else {"speculative_algorithm": "UNKNOWN", "version": "unknown"}
 
     async def _counters(self) -> dict[str, float]:

@@ -97,8 +97,8 @@ class LoadWorker:
     async def preflight(self) -> tuple[dict, OpenAIOptions | None]:
         return await self.control.preflight()
 
-    async def server_info(self) -> dict:
-        return await self.control.server_info()
+    async def server_info(self, within_s: float = 10.0) -> dict:
+        return await self.control.server_info(within_s)
 
     def configure(self, options: OpenAIOptions | None) -> None:
         self.control.configure(options)

@@ -28,11 +28,12 @@ from tenacity import Retrying, stop_after_attempt, stop_after_delay, wait_expone
 
 from loadgen.config import LoadConfig
 from loadgen.driver import stop
-from loadgen.errors import TargetError
+from loadgen.errors import TargetError, user_message
 
 RESTART_ATTEMPTS = 3      # tries to bring a dead server up again, per death
 MAX_DEATHS = 3            # deaths of one target in a run before it is dropped (it keeps dying: stop probing it)
 LOG_TAIL_LINES = 12
+CHECK_S = 1.0             # a server check after a step retries a refused connect this long; recover() owns the wait
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,12 @@ def check_server(target: Any, load: LoadConfig) -> tuple[dict | None, Death | No
     try:
         return _server_info(target), None
     except TargetError as exc:
-        hung = "Timeout" in str(exc)
+        hung = "Timeout" in user_message(exc)
         if hung:
             cause = (f"server {name} hung: it accepts connections but sent nothing (a control call timed out; requests "
                      f"were cut by the {load.stall_timeout_s:g} s stall timeout, where a slow server keeps streaming)")
         else:
-            cause = f"server {name} stopped answering ({exc})"
+            cause = f"server {name} stopped answering ({user_message(exc)})"
         if target.server is not None:
             tail = ray.get(target.server.log_tail.remote(LOG_TAIL_LINES), timeout=30)
         return None, Death(name, "hung" if hung else "unreachable", None,
@@ -78,11 +79,12 @@ def check_server(target: Any, load: LoadConfig) -> tuple[dict | None, Death | No
 
 
 def _server_info(target: Any) -> dict:
-    """Server info from the first worker that answers (one may have died in the step)."""
+    """Server info from the first worker that answers (one may have died in the step), each asked once with
+    CHECK_S for a refused connect: a dead server is named at once, not after a control call's own retries."""
     error: BaseException | None = None
     for worker in target.workers:
         try:
-            return ray.get(worker.server_info.remote())
+            return ray.get(worker.server_info.remote(CHECK_S))
         except ray.exceptions.RayActorError as exc:
             error = exc
     raise TargetError(f"no worker of {target.config.name} answers ({error})")
@@ -129,7 +131,8 @@ def recover(target: Any, load: LoadConfig, deaths_so_far: int, log: Callable[[st
     except (TargetError, ray.exceptions.RayError) as exc:
         what = f"{RESTART_ATTEMPTS} restarts failed" if target.server is not None else (
             f"no answer within server_retry_s = {load.server_retry_s:g} s")
-        return f"server {name}: {what} ({_one_line(str(exc))[:300]}): dropped from the rest of the run"
+        why = user_message(exc) if isinstance(exc, TargetError) else str(exc)
+        return f"server {name}: {what} ({_one_line(why)[:300]}): dropped from the rest of the run"
     log(f"  server {name} {'restarted' if target.server is not None else 'answers again'} "
         f"after {time.monotonic() - started:.1f} s")
     return None

@@ -28,7 +28,7 @@ from loadgen.driver.window import (
     wait_for_drain,
     write_lost_rows,
 )
-from loadgen.errors import TargetError
+from loadgen.errors import TargetError, user_message
 from loadgen.plan.steps import PlannedStep, split_concurrency
 from loadgen.results import schema
 
@@ -346,7 +346,7 @@ def _before_step(ctx: RunContext, step: PlannedStep, targets: list[Target]
         except TargetError as exc:
             if ctx.exp.load.on_server_death == "stop":
                 raise
-            ctx.log(f"  server {name} does not answer before step {step.step_id} ({exc})")
+            ctx.log(f"  server {name} does not answer before step {step.step_id} ({user_message(exc)})")
         ctx.deaths[name] = ctx.deaths.get(name, 0) + 1
         why = serverdeath.recover(t, ctx.exp.load, ctx.deaths[name], ctx.log)
         if why is None:
