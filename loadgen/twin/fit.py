@@ -31,7 +31,7 @@ from loadgen.errors import ConfigError
 from loadgen.twin import acceptance
 from loadgen.twin.model import METRICS, FitError, ServerSide, Twin
 from loadgen.twin.observe import Level, Source
-from loadgen.twin.vtime import as_measured, expected_figures, expected_power, level_figures, simulate
+from loadgen.twin.vtime import as_measured, expected_figures, expected_power, seeded_figures
 
 SEEDS = (1, 2, 3)          # the same seeds at every evaluation: the figures are a smooth function of the numbers
 NOISE_SEEDS = tuple(range(1, 9))   # the runs whose spread gives a measured window's own sampling noise
@@ -252,9 +252,8 @@ class _Problem:
         (+-15% between seeds); the fit must not bend the hardware to one draw's luck."""
         out = {}
         for lv in levels:
-            runs = [level_figures(simulate(twin, lv.concurrency, self.workload[lv.concurrency],
-                                           as_measured(lv.warmup_s, lv.window_s), seed), lv.warmup_s)
-                    for seed in NOISE_SEEDS]
+            runs = seeded_figures(twin, lv.concurrency, self.workload[lv.concurrency],
+                                  as_measured(lv.warmup_s, lv.window_s), NOISE_SEEDS)
             out[lv.concurrency] = {m: float(np.std([math.log(r[m]) for r in runs if r[m] > 0], ddof=1))
                                    for m in FITTED_METRICS if sum(r[m] > 0 for r in runs) > 1}
         return out

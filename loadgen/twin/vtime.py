@@ -77,10 +77,16 @@ def expected_power(twin: Twin, concurrency: int, prompts: Sequence[SimPrompt], p
                           for s in seeds]))
 
 
+def seeded_figures(twin: Twin, concurrency: int, prompts: Sequence[SimPrompt], protocol: Protocol,
+                   seeds: Sequence[int], max_new_tokens: int | None = None) -> list[dict[str, float]]:
+    """The figures of a level, one dict per seeded run."""
+    return [level_figures(simulate(twin, concurrency, prompts, protocol, s, max_new_tokens), protocol.warmup_s)
+            for s in seeds]
+
+
 def expected_figures(twin: Twin, concurrency: int, prompts: Sequence[SimPrompt], protocol: Protocol,
                      seeds: Sequence[int], max_new_tokens: int | None = None) -> dict[str, float]:
     """The figures of a level averaged over a few seeded runs (the same seeds every call: a smooth function of
     the twin's numbers for the fit)."""
-    runs = [level_figures(simulate(twin, concurrency, prompts, protocol, s, max_new_tokens), protocol.warmup_s)
-            for s in seeds]
+    runs = seeded_figures(twin, concurrency, prompts, protocol, seeds, max_new_tokens)
     return {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
