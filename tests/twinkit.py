@@ -84,16 +84,23 @@ def hidden_profile(seed: int, folder: Path, algorithm: str | None = None, time_s
 
 
 def measure(url: str, levels: list[int], results: Path, prompts: dict, requests: int = 24) -> str:
-    """A measured grid over `levels` against the emulator at `url`; its run id. Windows of a few request lifetimes:
-    a 2 s window at C = 16 (1.5 lifetimes, 24 requests) measured the warm-up's transient (every slot decoding, no
-    prefill between), and one draw of it: its TTFT p50 moves 14% between seeds of the same server, and a twin fitted
-    to it missed the steady state by 10-25% (test_twin's seed, 681 tok/s measured against 547 steady)."""
+    """A measured grid over `levels` against the emulator at `url` (target "hidden"); its run id."""
+    return measure_targets({"hidden": url}, levels, results, prompts, requests)
+
+
+def measure_targets(urls: dict[str, str], levels: list[int], results: Path, prompts: dict,
+                    requests: int = 24) -> str:
+    """A measured grid over `levels` against the emulators at `urls` (name -> url, measured together); its run id.
+    Windows of a few request lifetimes: a 2 s window at C = 16 (1.5 lifetimes, 24 requests) measured the warm-up's
+    transient (every slot decoding, no prefill between), and one draw of it: its TTFT p50 moves 14% between seeds of
+    the same server, and a twin fitted to it missed the steady state by 10-25% (test_twin's seed, 681 tok/s measured
+    against 547 steady)."""
     exp = parse_experiment({
         "run": {"name": "twin-source"},
         "load": {"concurrency": levels, "warmup_s": 2.0, "measure_s": 6.0, "min_measured_requests": requests,
                  "drain_timeout_s": 120.0},
         "prompts": prompts,
-        "targets": [{"name": "hidden", "url": url}]}, Path("."))
+        "targets": [{"name": name, "url": url} for name, url in urls.items()]}, Path("."))
     outcome = run_experiment(exp, str(results), log=lambda *a: None)
     assert outcome.status == "complete", outcome.reason
     return outcome.run_id

@@ -3,7 +3,7 @@
     python tests/benchmarks/bench_plan.py [--users 60 150 300] [--rates 10 30] [--routers least-outstanding round-robin]
 
 Three emulated node types, each a hidden hardware and acceptance profile (tests/twinkit.py, seeds 3, 4, 5; the first
-about half as fast as the last), measured over HTTP at C = 1, 4, 16 and fitted. For every demand and router:
+about half as fast as the last), measured together over HTTP at C = 1, 4, 16 and fitted. For every demand and router:
 1. the plan per node type (capacity per node with its interval, ceil(N / low end), the routed plan) against the
    truth: the hidden profiles themselves in virtual time (the emulator's own model without HTTP), the fewest nodes
    whose fleet meets the SLO routed the same way, and the attainment of the truth's fleet one node smaller;
@@ -31,12 +31,9 @@ import ray  # noqa: E402
 from loadgen.campaigns.plan import capacity, make_plan  # noqa: E402
 from loadgen.campaigns.plan_command import plan_text  # noqa: E402
 from loadgen.campaigns.plan_fleet import Demand  # noqa: E402
-from loadgen.emulator.launch import EmulatorProcess  # noqa: E402
 from loadgen.results.slo import Slo  # noqa: E402
-from plankit import PROMPTS, fitted_configuration, truth_configuration, truth_size  # noqa: E402
-from twinkit import hidden_profile  # noqa: E402
+from plankit import NODES, PROMPTS, fitted_fleet, truth_size  # noqa: E402
 
-NODES = (("slow-mtp", 3, "mtp"), ("dflash2", 4, "dflash2"), ("fast-mtp", 5, "mtp"))
 SLO = Slo(ttft_ms=400, tpot_ms=40)
 TOKENS = PROMPTS["max_new_tokens"]
 
@@ -50,13 +47,7 @@ def main() -> None:
     args = parser.parse_args()
     conftest.start_local_ray()
     folder = Path(tempfile.mkdtemp(prefix="bench-plan-"))
-    fitted, truth = [], {}
-    for name, seed, algorithm in NODES:
-        hidden = hidden_profile(seed, folder / f"{name}-hidden", algorithm)
-        print(f"{name}: {hidden.describe()}", flush=True)
-        with EmulatorProcess(hidden.flags) as emu:
-            fitted.append(fitted_configuration(name, hidden, emu.url, folder / name))
-        truth[name] = truth_configuration(name, seed, algorithm, folder / "truth")
+    fitted, truth = fitted_fleet(NODES, folder)
     ray.shutdown()
     demands = [Demand(u) for u in args.users] + [Demand(r, rate=True) for r in args.rates]
     truth_cap = {(n, rate): capacity(c, SLO, TOKENS, 256, rate).point for n, c in truth.items() for rate in (0, 1)}
