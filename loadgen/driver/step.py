@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from loadgen.client.messages import StepSpec
 from loadgen.clock import now_ns
@@ -316,15 +316,29 @@ def _reasons_for(reasons: list[str], target: str) -> list[str]:
 def _await_restarts(targets: list[Target]) -> None:
     """Before the step's clock starts, wait for each worker that Ray is still restarting after a crash: a call to it
     meanwhile fails (ActorUnavailableError), and the step would run without its streams (or, for a target's first
-    worker, without its server's snapshot). A worker whose restarts are used up is left to _start_workers to name."""
-    for worker in (w for t in targets for w in t.workers):
-        try:
-            for attempt in Retrying(retry=retry_if_exception_type(ray.exceptions.ActorUnavailableError),
-                                    stop=stop_after_delay(WORKER_RESTART_S), wait=wait_fixed(0.2), reraise=True):
-                with attempt:
-                    stop.get(worker.node_id.remote())
-        except ray.exceptions.RayActorError:
-            pass
+    worker, without its server's snapshot). A worker whose restarts are used up is left to _start_workers to name.
+    Every worker is asked at once; only those still restarting are asked again."""
+    pending = [w for t in targets for w in t.workers]
+
+    def still_restarting() -> list:
+        nonlocal pending
+        calls = [(worker, worker.node_id.remote()) for worker in pending]
+        pending = [worker for worker, ref in calls if _unavailable(ref)]
+        return pending
+
+    Retrying(retry=retry_if_result(bool), stop=stop_after_delay(WORKER_RESTART_S), wait=wait_fixed(0.2),
+             sleep=stop.sleep, retry_error_callback=lambda state: None)(still_restarting)
+
+
+def _unavailable(ref: Any) -> bool:
+    """Whether the call's actor is restarting (an actor that is gone for good is not waited for)."""
+    try:
+        stop.get(ref)
+    except ray.exceptions.ActorUnavailableError:
+        return True
+    except ray.exceptions.RayActorError:
+        pass
+    return False
 
 
 def _before_step(ctx: RunContext, step: PlannedStep, targets: list[Target]

@@ -94,11 +94,12 @@ def test_worker_killed_mid_step(policy, ray_local, emulator_factory, tmp_path):
 
 @ray.remote(num_cpus=0, max_restarts=1)
 class _SlowToRestart:
-    """A stand-in worker whose restart takes 3 s (a loaded machine's LoadWorker restart)."""
+    """A stand-in worker whose restart takes 6 s (a loaded machine's LoadWorker restart; a call meanwhile fails after
+    about 2 s, so a single check would return before it is back)."""
 
     def __init__(self) -> None:
         if ray.get_runtime_context().was_current_actor_reconstructed:
-            time.sleep(3.0)
+            time.sleep(6.0)
 
     def pid(self) -> int:
         return os.getpid()
