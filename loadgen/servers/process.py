@@ -30,11 +30,24 @@ from loadgen.servers.ports import free_port
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it when the launching process dies."""
+def _before_exec() -> None:
+    """Runs in the child before exec: SIGKILL it when the launching process dies, and run it at the priority a
+    server started by hand has (Ray runs its workers at nice 15, which the server would inherit), where the node
+    allows raising it (root or CAP_SYS_NICE); elsewhere it keeps the worker's."""
     os.setsid()
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except PermissionError:
+        pass
+
+
+def _niceness(pid: int) -> int | str:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:   # it exited already
+        return "?"
 
 
 def server_command(module: str, args: tuple[str, ...] | list[str], host: str, port: int) -> list[str]:
@@ -119,8 +132,8 @@ class ServerProcess:
         log.write(secrets.mask(f"$ {' '.join(command)}\n", hide).encode())
         log.flush()
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, env=env)
-        log.write(f"[loadgen] pid {self.proc.pid}\n".encode())
+                                     stdin=subprocess.DEVNULL, preexec_fn=_before_exec, env=env)
+        log.write(f"[loadgen] pid {self.proc.pid}, nice {_niceness(self.proc.pid)}\n".encode())
         log.flush()
         self.pump = threading.Thread(target=_copy_masked, args=(self.proc.stdout, log, hide), daemon=True,
                                      name=f"log-{self.name}")
