@@ -24,7 +24,7 @@ from loadgen.emulator.launch import EmulatorProcess
 from loadgen.results.analysis import level_verdicts
 from loadgen.results.slo import Verdict
 
-SLOW = {"model-path": "m", "speculative-algorithm": "NEXTN", "time-scale": "1"}
+SLOW = {"model-path": "m", "speculative-algorithm": "NEXTN", "time-scale": "2"}
 SLO = {"ttft_ms": 5000, "tpot_ms": 1000}
 
 
@@ -103,7 +103,7 @@ def test_launched_server_dies_mid_step_and_is_restarted(sig, cause, ray_local, t
 
 @pytest.mark.timeout(300)
 def test_url_server_refusing_is_dropped_and_the_other_goes_on(ray_local, tmp_path):
-    flags = ["--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", "1"]
+    flags = ["--model-path", "m", "--speculative-algorithm", "NEXTN", "--time-scale", "2"]
     with EmulatorProcess(flags) as doomed, EmulatorProcess(flags) as good:
         exp = parse_experiment({
             "run": {"name": "drop"}, "slo": SLO,
