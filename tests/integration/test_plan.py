@@ -5,11 +5,12 @@ hidden profiles themselves in virtual time (the emulator's own model without HTT
 of k nodes at the same N users through the same router.
 
 A plan's error is its twin's error plus the planner's, and the test holds each to its own bar: the twin's capacity
-within 15% of the truth's (test_twin's bar), and the plan within one node of the truth's fewest nodes beyond what that
-capacity error costs (ceil(N / twin's capacity) against ceil(N / truth's)) and its interval's width (a plan is sized
-by the interval's low end). 6 s windows measure a capacity to about one user: the same dflash2 server fitted 14, 15
-and 16 users a node in repeated runs against a truth of 15, and at 14 it plans 12 nodes for 150 users where the
-truth needs exactly 10 (one node the twin's error, one the routing headroom a 14-user twin needs).
+within 15% of the truth's (a twin's own error limit; two users on a small node, as the truth's own capacity moves by
+one with its virtual-time seed), and the plan within one node of the truth's fewest nodes beyond what that capacity
+error costs (ceil(N / twin's capacity) against ceil(N / truth's)) and its interval's width (a plan is sized by the
+interval's low end). 6 s windows measure a capacity to about one user: the same dflash2 server fitted 14, 15 and 16
+users a node in repeated runs against a truth of 15, and at 14 it plans 12 nodes for 150 users where the truth needs
+exactly 10 (one node the twin's error, one the routing headroom a 14-user twin needs).
 A twin over 15% by its own error (a fit from levels measured while this 2-core machine is busy: slow-mtp's TTFT p90
 at C = 1 once 52% off) is planned and said so, and its plan is not short of the truth by more than a node (its
 interval is wide: sized by the low end, it leans to more nodes).
@@ -67,9 +68,9 @@ def test_plan_is_within_one_node_of_the_truth(fleet, truth_capacity, users, rout
             assert any(n.startswith(f"twin {p.config.name} (planned, over 15%)") for n in plan.notes)
             assert p.fleet.nodes >= k - 1, f"{p.config.name}: planned {p.fleet.nodes} nodes, the truth needs {k}"
             continue
-        assert abs(p.capacity.point / true_capacity - 1) <= 0.15, (
-            f"{p.config.name}: the twin's capacity {p.capacity.describe()} is over 15% off the truth's "
-            f"{true_capacity:g}")
+        assert abs(p.capacity.point - true_capacity) <= max(0.15 * true_capacity, 2), (
+            f"{p.config.name}: the twin's capacity {p.capacity.describe()} is over 15% (and two users) off the "
+            f"truth's {true_capacity:g}")
         fit_nodes = math.ceil(users / p.capacity.point) - math.ceil(users / true_capacity)
         width = math.ceil(users / p.capacity.low) - math.ceil(users / p.capacity.point)
         assert -1 + min(0, fit_nodes) <= p.fleet.nodes - k <= 1 + max(0, fit_nodes) + width, (
