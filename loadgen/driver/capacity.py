@@ -68,8 +68,9 @@ def _answer(results_dir: str, run_id: str, status: str, reason: str, queries: tu
             started: float | None = None) -> int:
     con = analysis.open_results(results_dir, [run_id])
     log(f"run {run_id}: {status}{' - ' + reason if reason else ''}")
-    answer.write_summary(con, results_dir, run_id, status)
-    log(answer.answer_text(con, results_dir, run_id))   # the answer first, then what the job adds
+    found = answer.findings(con)
+    answer.write_summary(con, results_dir, run_id, status, found)
+    log(answer.answer_text(con, results_dir, run_id, found))   # the answer first, then what the job adds
     for query in queries:
         log(f"\n{query}:\n" + analysis.render(analysis.run_query(con, query), "table"))
     summary = answer.summary_dir(results_dir, run_id).relative_to(results_dir)

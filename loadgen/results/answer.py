@@ -268,26 +268,48 @@ def reasoning_lines(con: duckdb.DuckDBPyConnection) -> list[str]:
             f"answer: {'; '.join(found)}" for (run, target), found in levels.items()]
 
 
-def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str) -> str:
-    """What the job prints after a run: headlines, then a table per comparison, then the command for the rest
-    (the summary files' folder is the job's last line)."""
-    found = comparisons(con)
+@dataclass
+class Findings:
+    """What a run's answer and its summary files say, each query run once."""
+
+    comparisons: list[Comparison]
+    drift_rows: list[dict]       # each level against the target's twin (queries/twin_drift.sql)
+    fleet: list[str]             # a node off its fleet's median
+    drift: list[str]             # a node off its own twin
+    hardware: list[str]
+    capacity: list[str]
+    energy: list[str]
+    cost: list[str]
+    reasoning: list[str]
+
+
+def findings(con: duckdb.DuckDBPyConnection) -> Findings:
+    """Every figure of the answer, from the views of `con`."""
     drift = drift_rows(con)
-    words = fleet_lines(con) + drift_lines(drift)   # a node off its fleet, or off its own twin, first
-    words += [f"{c.other} vs {c.baseline}: {c.headline}" for c in found] or [
+    return Findings(comparisons(con), drift, fleet_lines(con), drift_lines(drift), hardware_lines(con),
+                    capacity_lines(con), energy_lines(con), cost_lines(analysis.run_query(con, "cost").to_pylist()),
+                    reasoning_lines(con))
+
+
+def answer_text(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str,
+                found: Findings | None = None) -> str:
+    """What the job prints after a run: headlines, then a table per comparison, then the command for the rest
+    (the summary files' folder is the job's last line). `found`: the run's findings, when already gathered."""
+    found = found or findings(con)
+    words = found.fleet + found.drift   # a node off its fleet, or off its own twin, first
+    words += [f"{c.other} vs {c.baseline}: {c.headline}" for c in found.comparisons] or [
         "one series only: nothing to compare (add a second target to compare algorithms)"]
-    words += hardware_lines(con) + capacity_lines(con) + [f"energy: {line}" for line in energy_lines(con)]
-    words += cost_lines(analysis.run_query(con, "cost").to_pylist())
-    words += reasoning_lines(con)
-    if any(lv.emulated for c in found for lv in c.levels):
+    words += found.hardware + found.capacity + [f"energy: {line}" for line in found.energy]
+    words += found.cost + found.reasoning
+    if any(lv.emulated for c in found.comparisons for lv in c.levels):
         words.append("(emulated: these are the emulator's modelled numbers, not a GPU's; loadgen/emulator/README.md)")
     lines = ["", "answer:"] + [fitted(f"  {line}") for line in words]
     lines += [fitted(line) for line in predicted_lines(con, run_id)]
-    for c in found:
+    for c in found.comparisons:
         lines += ["", fitted(f"{c.other} vs {c.baseline} (n = measured requests, {c.baseline}/{c.other}; "
                              "acc = acceptance length; change = tok/s vs the baseline):"), table(c)]
     # the command on a line of its own, whole, to be copied (the results folder is the user's: any length)
-    if refits := refit_hint(drift, results_dir):
+    if refits := refit_hint(found.drift_rows, results_dir):
         lines += ["", "refit a drifted twin from this run (loadgen twin refit; docs/twin.md):"]
         lines += [f"  {command}" for command in refits]
     lines += ["", "full tables (latency_by_concurrency and the rest: loadgen query --list):",
@@ -300,23 +322,22 @@ def summary_dir(results_dir: str, run_id: str) -> Path:
     return Path(results_dir) / "summary" / f"run_id={run_id}"
 
 
-def write_summary(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str, status: str) -> Path:
-    """summary.json (the headline tables as data) and summary.md (the same as text) for one run."""
-    found = comparisons(con)
+def write_summary(con: duckdb.DuckDBPyConnection, results_dir: str, run_id: str, status: str,
+                  found: Findings | None = None) -> Path:
+    """summary.json (the headline tables as data) and summary.md (the same as text) for one run. `found`: the
+    run's findings, when already gathered."""
+    f = found or findings(con)
     folder = summary_dir(results_dir, run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    fleet, drift = fleet_lines(con), drift_lines(drift_rows(con))
-    cost = cost_lines(analysis.run_query(con, "cost").to_pylist())
-    reasoning = reasoning_lines(con)
-    data = {"run_id": run_id, "status": status, "fleet": fleet, "drift": drift, "capacity": capacity_lines(con),
-            "hardware": hardware_lines(con), "energy": energy_lines(con), "cost": cost, "reasoning": reasoning,
-            "comparisons": [asdict(c) for c in found]}
+    data = {"run_id": run_id, "status": status, "fleet": f.fleet, "drift": f.drift, "capacity": f.capacity,
+            "hardware": f.hardware, "energy": f.energy, "cost": f.cost, "reasoning": f.reasoning,
+            "comparisons": [asdict(c) for c in f.comparisons]}
     (folder / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
-    md = [f"# {run_id} ({status})", ""] + [f"- **{line}**" for line in fleet + drift]
-    md += [f"- **{c.other} vs {c.baseline}**: {c.headline}" for c in found] + [
-        f"- **{line}**" for line in hardware_lines(con)] + [f"- {line}" for line in capacity_lines(con)] + [
-        f"- energy: {line}" for line in energy_lines(con)] + [f"- {line}" for line in cost + reasoning]
-    for c in found:
+    md = [f"# {run_id} ({status})", ""] + [f"- **{line}**" for line in f.fleet + f.drift]
+    md += [f"- **{c.other} vs {c.baseline}**: {c.headline}" for c in f.comparisons] + [
+        f"- **{line}**" for line in f.hardware] + [f"- {line}" for line in f.capacity] + [
+        f"- energy: {line}" for line in f.energy] + [f"- {line}" for line in f.cost + f.reasoning]
+    for c in f.comparisons:
         md += ["", f"## {c.other} vs {c.baseline}", "", _markdown(c)]
     (folder / "summary.md").write_text("\n".join(md) + "\n")
     return folder

@@ -71,8 +71,9 @@ def predict_command(args: argparse.Namespace) -> int:
     folder = results_folder(args.results or exp.results)
     run_id = run_predicted(exp, folder, log=lambda line: print(line, flush=True))
     con = analysis.open_results(folder)
-    answer.write_summary(con, str(folder), run_id, "complete")
-    print(answer.answer_text(con, str(folder), run_id))
+    found = answer.findings(con)
+    answer.write_summary(con, str(folder), run_id, "complete", found)
+    print(answer.answer_text(con, str(folder), run_id, found))
     print("\n".join(error_lines(con, run_id)))
     return 0
 
