@@ -104,6 +104,21 @@ def test_a_capacity_interval_one_level_wide_says_what_passed_and_what_failed(tmp
     assert "between" not in md
 
 
+@pytest.mark.parametrize("scale, said", [(1.0, "emulator (hardware profile gb10), a cost model"),
+                                         (2.0, "emulator (hardware profile gb10, at 2x its modelled speed: "
+                                               "--time-scale 2), a cost model")])
+def test_an_emulated_run_names_its_hardware_profile_and_its_speed(tmp_path, scale, said):
+    r = Results()
+    r.run("emu")
+    add_series(r, "emu", "mtp", 0, "NEXTN", MTP)
+    for step in r.rows["steps"]:
+        step["emulated"] = True
+        step["server_info"] = server_info(emulated=True, emulator={"hardware": "gb10", "time_scale": scale})
+    md = markdown_summary(load_report(r.write(tmp_path / "results")))
+    [line] = [line for line in md.splitlines() if line.startswith("- Emulated:")]
+    assert said in line, line
+
+
 def test_confounders_lists_unequal_settings_but_not_speculative_or_identity_ones(tmp_path):
     smaller = server_info(max_total_num_tokens=321600, enable_torch_compile=None, port=30001, random_seed=2,
                           speculative_algorithm="DFLASH", speculative_num_draft_tokens=8)

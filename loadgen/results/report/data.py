@@ -41,6 +41,7 @@ class Report:
     slo: dict[str, float]
     incomplete_steps: Rows
     with_server_info: set[tuple[str, str]]   # (run_id, target) whose steps recorded /get_server_info
+    emulators: list[tuple[str, float]]       # each emulated (hardware profile, time scale) the runs' steps name
 
     def __post_init__(self) -> None:
         self.multi_run = len(self.data["runs"]) > 1
@@ -87,9 +88,12 @@ def load_report(results_dir: str | Path, run_ids: list[str] | None = None) -> Re
         "WHERE step_status IS DISTINCT FROM 'complete' ORDER BY run_id, step_id, target").fetchall()
     with_info = set(con.execute("SELECT DISTINCT run_id, target FROM steps WHERE server_info IS NOT NULL")
                     .fetchall())
+    emulators = con.execute(
+        "SELECT DISTINCT server_info->>'$.emulator.hardware', coalesce((server_info->>'$.emulator.time_scale')::DOUBLE,"
+        " 1) FROM steps WHERE server_info->>'$.emulator.hardware' IS NOT NULL ORDER BY ALL").fetchall()
     return Report(data, slo,
                   [dict(zip(("run_id", "step_id", "target", "concurrency", "rate", "step_status"), r))
-                   for r in incomplete], with_info)
+                   for r in incomplete], with_info, emulators)
 
 
 def _spread_unknown(row: dict) -> dict:

@@ -259,11 +259,18 @@ def _short(value: str, limit: int = 40) -> str:
     return value if len(value) <= limit else value[:limit - 1] + "\u2026"
 
 
+def _modelled(emulators: list[tuple[str, float]]) -> str:
+    """`hardware profile gb10`, or `hardware profile gb10, at 2x its modelled speed: --time-scale 2`."""
+    return "; ".join(f"hardware profile {hw}" + (f", at {scale:g}x its modelled speed: --time-scale {scale:g}"
+                                                 if scale != 1 else "") for hw, scale in emulators)
+
+
 def _warnings(report: Report) -> list[Finding]:
     data, found = report.data, []
     if report.emulated:
-        found.append("Emulated: these numbers come from loadgen's SGLang emulator, a cost model of a GB10, "
-                     "not a GPU.")
+        modelled = f" ({_modelled(report.emulators)})" if report.emulators else ""
+        found.append(f"Emulated: these numbers come from loadgen's SGLang emulator{modelled}, a cost model, not a "
+                     "GPU.")
     if report.predicted:
         found.append("Predicted: these numbers are a twin's prediction in virtual time, not a measurement "
                      "(docs/twin.md); `loadgen query twin_error` puts them beside measured steps where both exist.")
