@@ -36,6 +36,8 @@ class StepSpec:
     window_starts: tuple[int, ...] = ()   # a ramp's later windows: from each on, rows go under the next step id
     warmup_requests: int = 0         # fixed-count step: this worker's first requests are warm-up (in its quota)
     slo: Slo | None = None           # the run's SLO: the live attainment judges measured requests against it
+    prompts: tuple = ()              # (ObjectRef,) of this worker's prompt shard, unresolved inside the tuple:
+    #                                  a restarted worker fetches it again (the first fetch is before step 1)
 
     def step_of(self, t_ns: int) -> int:
         """The step id a request sent, or a frame or sample taken, at `t_ns` is filed under (a ramp's window)."""

@@ -43,29 +43,14 @@ LOOP_RT_PRIORITY = 1       # SCHED_FIFO priority of the event-loop thread: the l
 CONNECT_BACKOFF_S = 0.1     # a slot's pause after a request that could not even connect
 
 
-@ray.remote(num_cpus=0)
-class PromptPool:
-    """A run's prompt shards, one per load worker: each fetches its own when its first step starts, and again
-    after a restart."""
-
-    def __init__(self, shards: list[list[Prompt]]) -> None:
-        self.shards = shards
-
-    def shard(self, i: int) -> list[Prompt]:
-        return self.shards[i]
-
-
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=3)  # a crashed worker comes back for the next step
 class LoadWorker:
-    def __init__(self, name: str, target: TargetConfig, url: str, prompts: tuple[str, int], sampling: SamplingSpec,
-                 sink: str) -> None:
-        """`url`: the target's server (its own, or the one loadgen launched for it).
-        `prompts` names a PromptPool actor and this worker's shard in it, fetched when a step starts; `sink`
-        is the results sink's actor name. Names, not the prompts or handles: Ray keeps a large argument or a
-        handle in the object store, and logs an error for a restartable actor with such arguments.
+    def __init__(self, name: str, target: TargetConfig, url: str, sampling: SamplingSpec, sink: str) -> None:
+        """`url`: the target's server (its own, or the one loadgen launched for it). `sink` is the results
+        sink's actor name, not its handle: Ray keeps a handle (or a large argument) in the object store, and logs
+        an error for a restartable actor with such arguments; the prompts come by `fetch_prompts`.
         The worker prints nothing: the driver shows its `progress` (loadgen.driver.progress)."""
         self.name = name
-        self.prompt_source = prompts
         self.prompts: list[Prompt] = []
         self.sampling = sampling
         self.early_stop: str | None = None  # a server that ignores ignore_eos: its first such request, in words
@@ -112,11 +97,10 @@ class LoadWorker:
     async def close(self) -> None:
         await self.control.close()
 
-    async def fetch_prompts(self) -> None:
-        """Fetch this worker's prompt shard. Done before the first step: fetched at a step's start, a shard took
-        up to 2 s on a loaded machine, and the step's first arrivals (a trace's first rows) were sent that late."""
-        pool, shard = self.prompt_source
-        self.prompts = await ray.get_actor(pool).shard.remote(shard)
+    async def fetch_prompts(self, shard: tuple) -> None:
+        """Fetch this worker's prompt shard, `(ObjectRef,)`. Done before the first step: fetched at a step's
+        start, a shard took up to 2 s on a loaded machine, and the step's first arrivals were sent that late."""
+        self.prompts = await shard[0]
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -129,7 +113,7 @@ class LoadWorker:
         if not self.control.configured:
             await self.control.preflight()  # a restarted actor lost the driver's configure()
         if not self.prompts:   # a restarted actor's: the driver had them fetched before the first step
-            await self.fetch_prompts()
+            await self.fetch_prompts(step.prompts)
         self.step = step
         self.issuing = True
         self.stopping.clear()

@@ -4,7 +4,6 @@ target, calibrate and build the prompts; at the end close the workers, stop the 
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import ray
 from loadgen.client import drafting
 from loadgen.client.calibrate import calibration_prompts, describe, length_model, prompts_for
 from loadgen.client.protocol.base import SamplingSpec
-from loadgen.client.worker import LoadWorker, PromptPool
+from loadgen.client.worker import LoadWorker
 from loadgen.config import TargetConfig
 from loadgen.driver import stop, telemetry
 from loadgen.driver.context import RunContext, actor
@@ -36,7 +35,7 @@ class Target:
     url: str
     workers: list
     info: dict
-    pinned: list = field(default_factory=list)   # the PromptPool its workers read from: alive while referenced
+    prompts: list = field(default_factory=list)  # per worker, (ObjectRef,) of its prompt shard: alive while held
     server: Any = None                           # its ServerProcess actor, when loadgen launched it
     input_fit: dict | None = None                # prompts.input_tokens: its chars-to-tokens fit (steps.server_info)
     gpu: telemetry.Sampler | None = None         # its GPU sampler (gpu_samples) and steps.hardware
@@ -66,17 +65,12 @@ def bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placement
         except ray.exceptions.RayTaskError as exc:
             raise exc.as_instanceof_cause() from None
     n = exp.load.workers_per_target
-    # One per stage, shard k * n + i for worker i of target k; made after preflight (prompts.input_tokens: each
-    # target's prompts are built with its own fit)
-    pool_name = f"loadgen-prompts-{ctx.run_id}-{uuid.uuid4().hex[:6]}"
     sampling = SamplingSpec(exp.prompts.max_new_tokens, exp.prompts.ignore_eos, exp.prompts.temperature,
                             exp.prompts.extra_body)
     targets = []
-    for k, t in enumerate(stage_targets):
-        # The prompts (a PromptPool) and the sink go by name: a worker can restart, and Ray logs an error for a
-        # restartable actor with constructor arguments in the object store (a large value, a ray.put ref, a handle).
+    for t in stage_targets:
         workers = [actor(LoadWorker).options(**placement.worker_options(t, i)).remote(
-                       f"{t.name}.w{i}", t, urls[t.name], (pool_name, k * n + i), sampling, ctx.sink_name)
+                       f"{t.name}.w{i}", t, urls[t.name], sampling, ctx.sink_name)
                    for i in range(n)]
         targets.append(Target(t, exp.targets.index(t), urls[t.name], workers, {}, [],
                                launched.get(t.name)))
@@ -106,10 +100,10 @@ def bring_up(ctx: RunContext, stage_targets: tuple[TargetConfig, ...], placement
         share = sum(trace.reusable_tokens()) / max(sum(r.input_tokens or 0 for r in trace.rows), 1)
         log(f"trace {trace.name}: {100 * share:.1f}% of its input tokens are blocks (hash_ids) of earlier rows, "
             "what a large enough prefix cache reuses")
-    pool = actor(PromptPool).options(name=pool_name).remote([p[i::n] for p in built for i in range(n)])
-    for target in targets:
-        target.pinned.append(pool)
-    ray.get([w.fetch_prompts.remote() for t in targets for w in t.workers])
+    # each worker's shard in the object store, built after preflight (prompts.input_tokens: with its target's fit)
+    for target, prompts in zip(targets, built):
+        target.prompts = [(ray.put(prompts[i::n]),) for i in range(n)]
+    ray.get([w.fetch_prompts.remote(shard) for t in targets for w, shard in zip(t.workers, t.prompts)])
     for target, model in zip(targets, models):
         if model is not None:
             target.input_fit = model.to_json()

@@ -182,7 +182,7 @@ def _orders(ctx: RunContext, step: PlannedStep, targets: list[Target]) -> list[_
                             max_requests=None if quota is None else quota + warmup, arrivals=arrival,
                             stagger=i / len(t.workers), realtime_priority=load.realtime_priority,
                             users=shapes.users(load, level, i, len(t.workers)), warmup_requests=warmup,
-                            slo=ctx.exp.slo)
+                            slo=ctx.exp.slo, prompts=t.prompts[i])
             orders.append(_Order(k, i, worker, share, spec))
     return orders
 

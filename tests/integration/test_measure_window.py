@@ -77,7 +77,7 @@ def test_rows_sent_after_the_window_end_are_drain_even_if_flushed_before_close_w
     from loadgen.client.messages import StepSpec
     from loadgen.client.protocol.base import SamplingSpec
     from loadgen.client.shipping import FLUSH_PERIOD_S
-    from loadgen.client.worker import LoadWorker, PromptPool
+    from loadgen.client.worker import LoadWorker
     from loadgen.clock import now_ns
     from loadgen.config import TargetConfig
     from loadgen.prompts import Prompt
@@ -96,12 +96,10 @@ def test_rows_sent_after_the_window_end_are_drain_even_if_flushed_before_close_w
 
     with emulator_factory("--model-path", "m") as url:
         sink = RecordingSink.options(name="recording-sink").remote()
-        pool = PromptPool.options(name="test-prompts").remote([[Prompt("p", "code", "t", text="x")]])  # noqa: F841
-        #    (held: an actor lives while a handle to it does)
         target = TargetConfig("t", "sglang", url, (), "n", None)
-        worker = LoadWorker.remote("w0", target, url, ("test-prompts", 0),
-                                   SamplingSpec(max_new_tokens=1), "recording-sink")
-        ray.get(worker.node_id.remote())  # started: the step's times below are not spent on the actor's start
+        worker = LoadWorker.remote("w0", target, url, SamplingSpec(max_new_tokens=1), "recording-sink")
+        ray.get(worker.fetch_prompts.remote((ray.put([Prompt("p", "code", "t", text="x")]),)))
+        #    started and fed: the step's times below are not spent on the actor's start
         t0 = now_ns()
         t_ms, t_min_end = t0 + int(0.2e9), t0 + int(0.5e9)
         step = StepSpec("run-1", 0, 2, t0, t_ms, 1 << 62, 10.0, 10.0, sample_server=False,
