@@ -1,5 +1,5 @@
-"""A fleet plan against ground truth it never saw (docs/planning.md): three emulated node types, each running a
-hidden hardware and acceptance profile (tests/twinkit.py; one node type about half as fast as the fastest), measured
+"""A fleet plan against ground truth it never saw (docs/planning.md): three emulated node types, each running a hidden
+hardware and acceptance profile (tests/twinkit.py; one node type about half as fast as the fastest), measured
 together over HTTP (one run) at C = 1, 4, 16 and fitted; the plan for N users per configuration, then the truth: the
 hidden profiles themselves in virtual time (the emulator's own model without HTTP, as test_twin's truth), as a fleet
 of k nodes at the same N users through the same router.
@@ -7,10 +7,13 @@ of k nodes at the same N users through the same router.
 A plan's error is its twin's error plus the planner's, and the test holds each to its own bar: the twin's capacity
 within 15% of the truth's (a twin's own error limit; two users on a small node, as the truth's own capacity moves by
 one with its virtual-time seed), and the plan within one node of the truth's fewest nodes beyond what that capacity
-error costs (ceil(N / twin's capacity) against ceil(N / truth's)) and its interval's width (a plan is sized by the
-interval's low end). 6 s windows measure a capacity to about one user: the same dflash2 server fitted 14, 15 and 16
-users a node in repeated runs against a truth of 15, and at 14 it plans 12 nodes for 150 users where the truth needs
-exactly 10 (one node the twin's error, one the routing headroom a 14-user twin needs).
+error costs (ceil(N / twin's capacity) against ceil(N / truth's)), its interval's width (a plan is sized by the
+interval's low end) and its TTFT p90's held-out error as a share of the nodes (a routed node's load moves around the
+mean, so a plan rests on the twin's TTFT tail, which the capacity's point does not show: a dflash2 twin of exactly
+the truth's 15 users a node, its TTFT p90 23% high at C = 4 left out, planned 13 nodes for 150 users against 10). 6
+s windows measure a capacity to about one user: the same dflash2 server fitted 14, 15 and 16 users a node in
+repeated runs against a truth of 15, and at 14 it plans 12 nodes for 150 users where the truth needs exactly 10 (one
+node the twin's error, one the routing headroom a 14-user twin needs).
 A twin over 15% by its own error (a fit from levels measured while this 2-core machine is busy: slow-mtp's TTFT p90
 at C = 1 once 52% off) is planned and said so, and its plan is not short of the truth by more than a node (its
 interval is wide: sized by the low end, it leans to more nodes).
@@ -73,9 +76,11 @@ def test_plan_is_within_one_node_of_the_truth(fleet, truth_capacity, users, rout
             f"truth's {true_capacity:g}")
         fit_nodes = math.ceil(users / p.capacity.point) - math.ceil(users / true_capacity)
         width = math.ceil(users / p.capacity.low) - math.ceil(users / p.capacity.point)
-        assert -1 + min(0, fit_nodes) <= p.fleet.nodes - k <= 1 + max(0, fit_nodes) + width, (
+        tail = p.config.twin.error.spread.get("ttft_p90_ms", 0.0) if p.config.twin.error else 0.0
+        tail_nodes = math.ceil(k * (math.exp(tail) - 1))   # a routed node's TTFT p90, as far off as the twin's
+        assert -1 + min(0, fit_nodes) - tail_nodes <= p.fleet.nodes - k <= 1 + max(0, fit_nodes) + width + tail_nodes, (
             f"{p.config.name}: planned {p.fleet.nodes} nodes ({p.capacity.describe()}), the truth needs {k} "
-            f"({true_capacity:g} users a node): off by more than the twin's capacity error costs")
+            f"({true_capacity:g} users a node): off by more than the twin's capacity and TTFT p90 errors cost")
 
 
 def _experiment_file(folder: Path) -> Path:
