@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loadgen.config import Experiment
-from loadgen.twin.seed import predicted_start, twin_refs
 
 
 def seeded(exp: Experiment, results: Path, log: Callable[[str], None]) -> Experiment:
@@ -16,6 +15,8 @@ def seeded(exp: Experiment, results: Path, log: Callable[[str], None]) -> Experi
     search = exp.load.search
     if search is None or not search.seeded:
         return exp
+    # imported here: the twin's fit (scipy) took 0.4 s of every job's start
+    from loadgen.twin.seed import predicted_start, twin_refs
     refs = twin_refs(exp, results, log)
     starts = []
     for target in exp.targets:
