@@ -96,7 +96,7 @@ def llama(llama_server_bin, tmp_path_factory):
 
 
 @pytest.mark.parametrize("input_tokens,low,high,flavor,chat", [
-    (512, 512, 512, "auto", False),
+    (256, 256, 256, "auto", False),
 ])
 def test_llama_server_counts_meet_the_target(ray_local, llama, tmp_path, input_tokens, low, high, flavor, chat):
     _, con = _run(llama.url, tmp_path, input_tokens, flavor=flavor, chat=chat)
