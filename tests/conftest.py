@@ -80,11 +80,12 @@ TESTS = Path(__file__).parent
 # last, and a long file started last keeps one worker busy while the others idle. A stale list costs balance, never
 # a verdict; the numbers are in the commit that measured them (pytest --durations).
 LONGEST_FIRST = ("e2e/test_fleet_cluster.py", "integration/test_capacity_search.py", "integration/test_plan.py",
-                 "e2e/test_resume.py", "integration/test_report_chromium.py", "e2e/test_wheel.py",
-                 "integration/test_server_death.py", "e2e/test_twin.py", "e2e/test_stop_signals.py",
-                 "integration/test_drift.py", "integration/test_vllm_server.py", "e2e/test_fleet_node_lost.py",
+                 "e2e/test_resume.py", "integration/test_vllm_server.py", "e2e/test_wheel.py",
+                 "integration/test_server_death.py", "e2e/test_twin.py", "e2e/test_fleet_node_lost.py",
+                 "integration/test_report_chromium.py", "integration/test_drift.py",
                  "integration/test_process_faults.py", "integration/test_llamacpp_server.py",
-                 "integration/test_faults.py", "unit/test_report.py", "unit/test_plan_units.py")
+                 "e2e/test_stop_signals.py", "integration/test_faults.py", "unit/test_report.py",
+                 "unit/test_plan_units.py")
 TIERS = ("e2e", "integration", "unit")
 
 
