@@ -82,7 +82,7 @@ def venv(tmp_path_factory) -> Path:
     assert {f"loadgen/config/profiles/{p.name}" for p in (REPO / "infra/profiles").glob("*.toml")} <= set(names)
     subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120)
     bin_dir = root / "venv" / "bin"
-    # --no-compile: no bytecode for the thousands of modules no test imports (6 s of the install's 30 on 2 cores)
+    # --no-compile: no bytecode for the thousands of modules no test imports
     subprocess.run([str(bin_dir / "pip"), "install", "-q", "--no-compile", "-c", str(REPO / "constraints.txt"),
                     f"{wheel}[report]"], check=True, capture_output=True, timeout=600)
     return bin_dir
