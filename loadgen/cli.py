@@ -6,6 +6,7 @@ Every user error is printed as one line naming the problem and the fix, with exi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -366,13 +367,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()   # a closed pipe fails here, in the handler below, not in Python's flush at exit
+        return code
     except LoadgenError as exc:
         print(f"error: {user_message(exc)}", file=sys.stderr)
         return 2
     except stop.Stopped as exc:   # Ctrl-C or SIGTERM during `capacity` or `run` (loadgen.driver.stop)
         print(exc.message(resumable=args.func is _capacity), file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:   # the reader went away (`loadgen query --list | head`): the rest is not wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # so that the flush at exit cannot fail
+        return 1
     except KeyboardInterrupt:   # Ctrl-C in a command that runs nothing (query, report, check-draft)
         return 130
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,17 @@ def test_the_files_run_unchanged_in_the_duckdb_cli(folder):
     assert {x["run_id"] for x in csv.DictReader(io.StringIO(filtered))} == {"r2"}
     for name in list_queries():                                              # and every other file too
         _cli(folder, f".read queries/{name}.sql", cwd=repo)
+
+
+
+def test_a_listing_into_a_closed_pipe_ends_without_a_traceback():
+    """`loadgen query --list | head -1`: once the reader has gone, loadgen stops quietly (exit 1, as Python's own
+    tools do on a broken pipe) instead of printing a traceback. Here the reader is gone before the first line."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "loadgen.cli", "query", "--list"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert done.returncode == 1 and done.stderr == "", done.stderr
